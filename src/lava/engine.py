@@ -1,0 +1,137 @@
+"""The request engine: inputs x candidates fanned out, isolated, ordered, and answered in time.
+
+Guarantees, whatever the policy or backend does:
+- one output per (input, candidate), in input order then candidate order;
+- every candidate works on its own deep copy of the input memory;
+- a failure (exception, timeout, invalid decision) becomes that candidate's error output,
+  carrying the input memory unchanged; other candidates and inputs are unaffected;
+- every completed decision passed the validator against its input's tools and robots;
+- the request finishes before its deadline, with deadline errors for what did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import CandidateError, DeadlineExceeded, InvalidInput, InvalidOutput
+from .memory import clone_json
+from .policies import CandidateResult, Policy
+from .protocol import AgentRequest
+from .situation import Situation
+
+log = logging.getLogger("lava.engine")
+
+Output = dict[str, Any]
+MAX_ERROR_MESSAGE = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    max_concurrency: int = 8
+    deadline_s: float = 300.0
+    max_candidates: int = 1024
+
+
+def read_situations(request: AgentRequest, limits: EngineLimits) -> list[Situation]:
+    """Validate every input before any work: one bad field fails the request with a 422."""
+    total = sum(entry.num_outputs for entry in request.inputs)
+    if total > limits.max_candidates:
+        raise InvalidInput(
+            ("inputs",),
+            f"the request asks for {total} candidates in all; this server answers at most "
+            f"{limits.max_candidates} per request (setting max_candidates)",
+        )
+    situations = []
+    for index, entry in enumerate(request.inputs):
+        try:
+            situations.append(Situation.read(entry))
+        except InvalidInput as problem:
+            raise problem.at("inputs", index) from None
+    return situations
+
+
+class Engine:
+    def __init__(self, policy: Policy, limits: EngineLimits | None = None) -> None:
+        self.policy = policy
+        self.limits = limits or EngineLimits()
+        self._slots = asyncio.Semaphore(self.limits.max_concurrency)
+
+    async def respond(self, request: AgentRequest) -> list[Output]:
+        situations = read_situations(request, self.limits)
+        if not situations:
+            return []
+        deadline = asyncio.get_running_loop().time() + self.limits.deadline_s
+        answers = await asyncio.gather(*(self._answer(s, deadline) for s in situations))
+        outputs: list[Output] = []
+        for situation, results in zip(situations, answers, strict=True):
+            outputs.extend(
+                self._output(request.request_id, situation, index, result) for index, result in enumerate(results)
+            )
+        return outputs
+
+    async def _answer(self, situation: Situation, deadline: float) -> Sequence[CandidateResult]:
+        n = situation.n
+        memories = [clone_json(situation.input.memory) for _ in range(n)]
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout_at(deadline), self._slots:
+                results = await self.policy.decide(situation, memories)
+        except TimeoutError:
+            seconds = self.limits.deadline_s
+            error: CandidateError = DeadlineExceeded(
+                f"no decision within the request deadline of {seconds:g} s", component=self.policy.name
+            )
+            return [CandidateResult.failed(error) for _ in range(n)]
+        except CandidateError as error:
+            return [CandidateResult.failed(error) for _ in range(n)]
+        except Exception as exc:  # a bug must cost one input, never the request
+            log.exception("policy %s failed on input %s", self.policy.name, situation.input.id)
+            error = CandidateError(f"internal error: {type(exc).__name__}: {exc}", component=self.policy.name)
+            return [CandidateResult.failed(error) for _ in range(n)]
+        if len(results) != n:
+            error = InvalidOutput(
+                f"policy returned {len(results)} results for {n} candidates", component=self.policy.name
+            )
+            return [CandidateResult.failed(error) for _ in range(n)]
+        log.debug("input %s decided in %.3f s", situation.input.id, time.perf_counter() - started)
+        return results
+
+    def _output(self, request_id: str, situation: Situation, index: int, result: CandidateResult) -> Output:
+        if result.error is None and result.decision is not None and result.memory is not None:
+            check = situation.toolbox.check(result.decision)
+            if check.ok:
+                return {
+                    "request_id": request_id,
+                    "source_id": situation.input.id,
+                    "candidate_index": index,
+                    "status": "completed",
+                    "memory": result.memory,
+                    "internal_steps": result.steps,
+                    "output": result.decision.model_dump(mode="json"),
+                    "error": None,
+                }
+            result.error = InvalidOutput(check.message(), component=self.policy.name)
+        error = result.error or InvalidOutput("the policy produced no decision", component=self.policy.name)
+        return {
+            "request_id": request_id,
+            "source_id": situation.input.id,
+            "candidate_index": index,
+            "status": "error",
+            # The input memory, untouched: consumers continue (or coach) from it.
+            "memory": situation.input.memory,
+            "internal_steps": result.steps,
+            "output": None,
+            "error": {
+                "code": error.code,
+                "message": (error.message or error.code)[:MAX_ERROR_MESSAGE],
+                "component": error.component,
+            },
+        }
+
+
+__all__ = ["Engine", "EngineLimits", "Output", "read_situations"]

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Compile a small MAGMA-BENCH benchmark directory from installed magma_scenarios presets or definitions.
+
+The published benchmark is only distributed through a model hub, which an
+offline machine cannot reach, and the official compiler ("magma-bench-generator") is
+not published.  This script uses the serialization helpers shipped inside the
+magma_bench / magma_core wheels to write a directory that `magma-bench run
+--benchmark-root DIR` accepts: one scenario, one skeleton, one semantic
+variation (index 0, deterministic), one "clean" episode per preset or
+definition argument.  OUT_DIR is deleted and rewritten.
+
+Usage (inside the MAGMA venv):
+    python magma_local_benchmark.py OUT_DIR press_button.ButtonPressOrdered [more presets of the same scenario]
+    python magma_local_benchmark.py OUT_DIR press_button.Definition --max-tool-calls 6   # dynamic definition
+
+Preset constructor keyword arguments can be given as JSON:
+    python magma_local_benchmark.py OUT 'press_button.ButtonPressOrdered={"sequence_of_buttons":["sw1"],"instruction":"Press sw1"}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+
+def _dump(path: Path, model_or_obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if hasattr(model_or_obj, "model_dump_json"):
+        text = model_or_obj.model_dump_json(indent=2)
+    else:
+        text = json.dumps(model_or_obj, indent=2)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("presets", nargs="+", help="scenario.PresetOrDefinition[=JSON kwargs]")
+    parser.add_argument("--version", default="0.0.1", help="benchmark_version to write")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tool-calls", type=int, default=10,
+                        help="target tool-call budget when expanding a task definition")
+    args = parser.parse_args(argv)
+
+    from magma_bench.artifacts import (
+        BenchmarkManifest,
+        CompiledEpisodeSpec,
+        EpisodeIndexEntry,
+        EpisodeMetadata,
+        ScenarioManifest,
+        SemanticManifest,
+        SkeletonManifest,
+        serialize_task_stages,
+    )
+    from magma_core.simulation.randomizer import RuntimeRandomizer
+    from magma_core.simulation.randomizer.spec_generator import SpecGenerator
+    from magma_core.simulation.serialization import encode_value
+    from magma_scenarios.registry_loader import get_scenario, load_definition, load_preset
+
+    out: Path = args.out.resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    scenario_id = None
+    entries: list[EpisodeIndexEntry] = []
+    for index, item in enumerate(args.presets):
+        name, _, raw_kwargs = item.partition("=")
+        kwargs = json.loads(raw_kwargs) if raw_kwargs else {}
+        this_scenario, _, preset_name = name.partition(".")
+        if scenario_id is None:
+            scenario_id = this_scenario
+        elif scenario_id != this_scenario:
+            parser.error("all presets must belong to one scenario")
+
+        manifest = get_scenario(this_scenario)
+        if preset_name in manifest.presets:
+            cls = load_preset(name)
+            task = cls(**kwargs)
+        elif preset_name in manifest.definitions:
+            # Dynamic task definitions are expanded the way MAGMA-GEN does it.
+            from magma_gen.task_generator.generator import TaskGenerator
+            random.seed(args.seed + index)
+            cls = load_definition(name)
+            task = TaskGenerator(args.max_tool_calls).generate(cls(**kwargs))
+        else:
+            parser.error(f"{name}: not a preset or definition of {this_scenario}: "
+                         f"presets={list(manifest.presets)} definitions={list(manifest.definitions)}")
+        # Tool API descriptions only need the class registry, not live agents.
+        task._tools = task.Tools_cls([], {})
+        stages = serialize_task_stages(task)
+        spec = SpecGenerator(seed=args.seed).generate_N_spec(task, 1)[0]
+        randomizer = RuntimeRandomizer(spec)
+
+        if index == 0:
+            _dump(out / scenario_id / "scenario.json", ScenarioManifest(
+                scenario_id=scenario_id,
+                name=scenario_id,
+                definition=f"{cls.__module__}:{cls.__qualname__}",
+                environment_id=task.maniskill_env_id,
+                tools_type=f"{task.Tools_cls.__module__}:{task.Tools_cls.__qualname__}",
+                skill_types=[],
+                description=f"Locally compiled from magma_scenarios preset {name}",
+            ))
+
+        skeleton_id = f"skeleton_{index:03d}"
+        semantic_id = "semantic_000"
+        episode_id = f"{scenario_id}-{index:03d}-clean"
+        n_calls = sum(int(getattr(s, "target_tool_calls", 1) or 0) for s in task.stages)
+        _dump(out / scenario_id / skeleton_id / "skeleton.json", SkeletonManifest(
+            skeleton_id=skeleton_id,
+            scenario_id=scenario_id,
+            track="in_domain",
+            conditions=["clean"],
+            source_definition=name,
+            definition_arguments=encode_value(kwargs),
+            generation_seed=args.seed,
+            requested_length_bucket="short",
+            requested_tool_call_range=[n_calls, n_calls],
+            initialization=task.get_initialization_spec(),
+        ))
+        _dump(out / scenario_id / skeleton_id / semantic_id / "semantic.json", SemanticManifest(
+            semantic_id=semantic_id,
+            variation_index=0,
+            tools=encode_value(spec.tools),
+            visible_attributes=encode_value(randomizer.get_randomized_attributes(task.get_init_attributes())),
+            tool_equivalence=encode_value(spec.tool_equivalence),
+            attributes_equivalence=spec.attributes_equivalence,
+            reversed_attributes_equivalence=spec.reversed_attributes_equivalence,
+            attribute_keys_order=spec.attribute_keys_order,
+            attribute_values_order=spec.attribute_values_order,
+        ))
+        rel = f"{scenario_id}/{skeleton_id}/{semantic_id}/episodes/{episode_id}.json"
+        _dump(out / rel, CompiledEpisodeSpec(
+            episode_id=episode_id,
+            scenario_id=scenario_id,
+            skeleton_id=skeleton_id,
+            condition="clean",
+            interventions=[],
+            stages=stages,
+            semantic_id=semantic_id,
+            metadata=EpisodeMetadata(
+                clean_oracle_tool_calls=n_calls,
+                episode_oracle_tool_calls=n_calls,
+                length_bucket="short",
+                number_of_stages=len(stages),
+                number_of_interventions=0,
+                intervention_lags=[],
+                control_episode_id=episode_id,
+            ),
+        ))
+        entries.append(EpisodeIndexEntry(
+            episode_id=episode_id, scenario_id=scenario_id, skeleton_id=skeleton_id,
+            track="in_domain", semantic_id=semantic_id, condition="clean",
+            length_bucket="short", path=rel,
+        ))
+
+    _dump(out / "benchmark.json", BenchmarkManifest(
+        schema_version="1.8",
+        benchmark_version=args.version,
+        generated_at=datetime.now(UTC).isoformat(),
+        semantic_variations=1,
+        scenarios=[scenario_id],
+        total_episodes=len(entries),
+        episodes=entries,
+    ))
+    # Schema 1.8 results fingerprint stats.json; magma_bench 2.0.1 only hashes it.
+    _dump(out / "stats.json", {
+        "total_episodes": len(entries),
+        "scenarios": {scenario_id: len(entries)},
+        "conditions": {"clean": len(entries)},
+    })
+    _dump(out / "manifest.json", {
+        "schema_version": "1.0",
+        "benchmark_version": args.version,
+        "requirements": {
+            package: metadata.version(package)
+            for package in ("magma_bench", "magma_core", "magma_scenarios")
+        },
+    })
+    print(f"wrote {len(entries)} episode(s) to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

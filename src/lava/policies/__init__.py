@@ -1,0 +1,26 @@
+"""Policies: how the agent thinks. Looked up by name; each module is imported only when chosen."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from ..backends.base import Backend
+from ..errors import ConfigError
+from ..settings import Settings
+from .base import CandidateResult, Policy
+
+POLICIES: dict[str, tuple[str, str]] = {
+    "full_history": ("lava.policies.full_history", "FullHistoryPolicy"),
+}
+
+
+def create_policy(settings: Settings, backend: Backend) -> Policy:
+    try:
+        module, cls = POLICIES[settings.policy]
+    except KeyError:
+        raise ConfigError(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}") from None
+    policy_cls: type[Policy] = getattr(import_module(module), cls)
+    return policy_cls(backend, settings)
+
+
+__all__ = ["POLICIES", "CandidateResult", "Policy", "create_policy"]

@@ -1,0 +1,34 @@
+"""Prompt templates, kept as files so they read as prose and diff cleanly.
+
+Rendered with StrictUndefined: a template that names a missing value fails loudly in tests
+instead of silently prompting the model with an empty string.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+TEMPLATE_DIR = Path(__file__).parent
+
+
+@cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+        autoescape=False,
+    )
+
+
+def render(name: str, **values: Any) -> str:
+    return environment().get_template(name).render(**values).strip()
+
+
+__all__ = ["render"]

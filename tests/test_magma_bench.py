@@ -1,0 +1,51 @@
+"""The real MAGMA-BENCH 2.0.1 against `lava serve`: the proof that its users' software accepts lava.
+
+Needs the consumer environment of ../shared/magma/setup-magma-consumer.sh (`.ci/run` makes it).
+Without it the test is skipped locally, and fails when LAVA_REQUIRE_MAGMA=1 (as in CI).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lava.errors import ConfigError
+from lava.evaluation.consumer import MagmaEnvironment
+from servers import lava_process
+
+pytestmark = pytest.mark.magma
+
+
+@pytest.fixture(scope="session")
+def magma() -> MagmaEnvironment:
+    env_file = os.environ.get("LAVA_MAGMA_ENV")
+    try:
+        return MagmaEnvironment.discover(Path(env_file) if env_file else None)
+    except ConfigError as exc:
+        if os.environ.get("LAVA_REQUIRE_MAGMA") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
+PRESETS = [
+    "press_button.ButtonPressOrdered",
+    'press_button.ButtonPressOrdered={"sequence_of_buttons":["sw1","sw3"],"instruction":"Please press sw1 then sw3."}',
+]
+
+
+def test_magma_bench_runs_press_button_against_scripted_lava(magma: MagmaEnvironment, tmp_path: Path) -> None:
+    bench = tmp_path / "bench"
+    magma.compile_benchmark(bench, PRESETS, log=tmp_path / "compile.log")
+    with magma.planner(tmp_path / "planner.log") as planner_url, \
+         lava_process("--backend", "scripted", log=tmp_path / "lava.log") as agent_url:
+        result = magma.run_bench(bench, tmp_path / "results", agent_url=agent_url, planner_url=planner_url,
+                                 log=tmp_path / "bench.log", timeout_s=900)
+    assert result.returncode == 0, (tmp_path / "bench.log").read_text()[-3000:]
+    assert result.summary.get("status") == "complete"
+    assert len(result.episodes) == len(PRESETS)
+    assert "invalid_format" not in result.statuses(), result.statuses()
+    # The scripted rule walks the buttons the instruction names, so the explicit episode succeeds.
+    explicit = next(e for e in result.episodes if e.episode_id.endswith("001-clean"))
+    assert explicit.success, explicit.reason
