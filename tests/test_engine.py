@@ -191,3 +191,28 @@ def test_completion_objects_pass_through() -> None:
     backend = FunctionBackend(lambda req: [Completion(text='{"say": "Hello there."}')])
     (out,) = run(engine_for(backend), request(user_input("hi")))
     assert out["output"] == {"say": "Hello there.", "tool_calls": []}
+
+
+rule_text = st.text(max_size=30)
+json_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+                        st.text(max_size=8))
+json_value = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                              st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                          max_leaves=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rules=st.lists(rule_text, max_size=4),
+       extra=st.dictionaries(st.text(min_size=1, max_size=6).filter(
+           lambda k: k not in ("memory_list", "history", "summary", "lava")), json_value, max_size=3),
+       n=st.integers(min_value=1, max_value=3), fail=st.booleans())
+def test_memory_list_and_unknown_keys_survive_every_candidate(rules, extra, n, fail) -> None:
+    memory = {"memory_list": rules, **extra}
+    answer = "garbage {" if fail else PRESS.format("sw1")
+    outputs = run(engine_for(FunctionBackend(lambda req: [answer] * req.n)), request(user_input(n=n, memory=memory)))
+    assert len(outputs) == n
+    for out in outputs:
+        assert out["memory"]["memory_list"] == rules
+        for key, value in extra.items():
+            assert out["memory"][key] == value
+        assert out["status"] == ("error" if fail else "completed")

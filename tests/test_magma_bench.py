@@ -49,3 +49,18 @@ def test_magma_bench_runs_press_button_against_scripted_lava(magma: MagmaEnviron
     # The scripted rule walks the buttons the instruction names, so the explicit episode succeeds.
     explicit = next(e for e in result.episodes if e.episode_id.endswith("001-clean"))
     assert explicit.success, explicit.reason
+
+
+@pytest.mark.model
+def test_magma_bench_runs_press_button_against_the_embedded_model(magma: MagmaEnvironment, tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    bench = tmp_path / "bench"
+    magma.compile_benchmark(bench, PRESETS, log=tmp_path / "compile.log")
+    with magma.planner(tmp_path / "planner.log") as planner_url, \
+         lava_process(log=tmp_path / "lava.log", timeout=180) as agent_url:  # `lava serve`, no flags
+        result = magma.run_bench(bench, tmp_path / "results", agent_url=agent_url, planner_url=planner_url,
+                                 log=tmp_path / "bench.log", timeout_s=1500)
+    assert result.returncode == 0, (tmp_path / "bench.log").read_text()[-3000:]
+    assert result.summary.get("status") == "complete"
+    assert len(result.episodes) == len(PRESETS)
+    assert "invalid_format" not in result.statuses(), [(e.status, e.reason) for e in result.episodes]

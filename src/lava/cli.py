@@ -22,6 +22,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--model", help="model name for remote backends")
     serve.add_argument("--model-path", type=Path, help="a GGUF file for the local backend")
     serve.add_argument("--base-url", help="OpenAI-compatible server URL")
+    profiles = ["openai", "vllm", "llama-cpp", "ollama", "gemini-openai", "generic"]
+    serve.add_argument("--server-profile", choices=profiles,
+                       help="what the OpenAI-compatible server honours (guessed from --base-url)")
+    serve.add_argument("--embedded-model", choices=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"],
+                       help="embedded model of the local backend")
     serve.add_argument("--script", type=Path, help="JSON script for the scripted backend")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
@@ -41,6 +46,8 @@ def serve(args: argparse.Namespace) -> int:
         model_path=args.model_path,
         base_url=args.base_url,
         script=args.script,
+        server_profile=args.server_profile,
+        embedded_model=args.embedded_model,
         log_level=args.log_level,
     )
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

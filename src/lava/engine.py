@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .deadlines import set_deadline
 from .errors import CandidateError, DeadlineExceeded, InvalidInput, InvalidOutput
 from .memory import clone_json
 from .policies import CandidateResult, Policy
@@ -65,6 +66,7 @@ class Engine:
         situations = read_situations(request, self.limits)
         if not situations:
             return []
+        # asyncio's clock is time.monotonic(), which the deadline context variable also uses.
         deadline = asyncio.get_running_loop().time() + self.limits.deadline_s
         answers = await asyncio.gather(*(self._answer(s, deadline) for s in situations))
         outputs: list[Output] = []
@@ -78,6 +80,7 @@ class Engine:
         n = situation.n
         memories = [clone_json(situation.input.memory) for _ in range(n)]
         started = time.perf_counter()
+        set_deadline(deadline)  # this task's own context: backends size their timeouts from it
         try:
             async with asyncio.timeout_at(deadline), self._slots:
                 results = await self.policy.decide(situation, memories)

@@ -71,6 +71,10 @@ class CandidateError(LavaError):
 class BackendError(CandidateError):
     code = "backend_error"
 
+    def __init__(self, message: str, *, component: str | None = None, status: int | None = None) -> None:
+        super().__init__(message, component=component)
+        self.status = status  # the HTTP status a remote server answered, when there was one
+
 
 class BackendUnavailable(BackendError):
     code = "backend_unavailable"

@@ -41,7 +41,21 @@ class Settings(BaseSettings):
     policy: str = Field("full_history", description="How the agent thinks (see lava.policies).")
     model: str | None = Field(None, description="Model name for remote backends.")
     model_path: Path | None = Field(None, description="A GGUF file for the local backend instead of the default.")
+    embedded_model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] = Field(
+        "qwen2.5-coder-0.5b", description="Which embedded model the local backend loads."
+    )
+    cache_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "lava", description="Where joined model files live."
+    )
+    context_tokens: int = Field(8192, gt=0, description="Context window of the local model.")
+    threads: int | None = Field(None, gt=0, description="CPU threads for the local model (default: all).")
     base_url: str | None = Field(None, description="OpenAI-compatible server URL (vLLM, llama.cpp, Ollama, ...).")
+    server_profile: Literal["openai", "vllm", "llama-cpp", "ollama", "gemini-openai", "generic"] | None = Field(
+        None, description="What the OpenAI-compatible server honours; guessed from base_url when unset."
+    )
+    openai_api: Literal["chat", "responses"] = Field("chat", description="OpenAI API: Chat Completions or Responses.")
+    backend_timeout_s: float = Field(120.0, gt=0, description="Longest single call to a remote model.")
+    backend_attempts: int = Field(4, ge=1, description="Attempts per remote call (transient failures only).")
     openai_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("LAVA_OPENAI_API_KEY", "OPENAI_API_KEY", "openai_api_key")
     )

@@ -13,6 +13,30 @@ def create_backend(settings: Settings) -> Backend:
         from .scripted import ScriptedBackend
 
         return ScriptedBackend.from_file(settings.script, delay_s=settings.scripted_delay_s)
+    if settings.backend == "local":
+        from .local import LocalBackend
+
+        return LocalBackend(
+            settings.model_path,
+            embedded_model=settings.embedded_model,
+            cache_dir=settings.cache_dir,
+            context_tokens=settings.context_tokens,
+            threads=settings.threads,
+        )
+    if settings.backend in ("openai", "gemini"):
+        from .retry import RetryPolicy
+
+        retry = RetryPolicy(attempts=settings.backend_attempts, call_timeout_s=settings.backend_timeout_s)
+        if settings.backend == "openai":
+            from .openai_compat import OpenAICompatBackend
+
+            key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+            return OpenAICompatBackend(model=settings.model, base_url=settings.base_url, api_key=key,
+                                       profile=settings.server_profile, api=settings.openai_api, retry=retry)
+        from .gemini import GeminiBackend
+
+        key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
+        return GeminiBackend(model=settings.model, api_key=key, base_url=settings.base_url, retry=retry)
     raise ConfigError(f"backend {settings.backend!r} is not available in this build")
 
 

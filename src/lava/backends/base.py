@@ -97,6 +97,8 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     retries: int = 0
     duration_s: float = 0.0
+    # The exact text the model read, when the backend renders the chat template itself.
+    prompt: str | None = None
 
 
 class Backend(abc.ABC):

@@ -50,7 +50,7 @@ def model_step(
         "id": f"step-{index}",
         "component": request.component,
         "origin": origin,
-        "full_prompt": request.prompt_text(),
+        "full_prompt": completion.prompt if completion and completion.prompt else request.prompt_text(),
         "input_elements": input_elements,
         "output_raw": completion.text if completion else "",
     }
@@ -93,6 +93,13 @@ def read_decision(completion: Completion, toolbox: ToolBox) -> ParsedDecision:
     if say and any(ch in say for ch in "{}<>"):
         parsed.assumptions.append("braces and angle brackets in the text replaced by parentheses")
         say = say.translate(_TEXT_REPLACEMENTS)
+    first_per_robot: dict[str, ToolCall] = {}
+    for call in calls:
+        first_per_robot.setdefault(call.target_robot_name, call)
+    if len(first_per_robot) < len(calls):
+        # A robot runs one call per decision; its later calls are the plan's next steps, asked again next turn.
+        parsed.assumptions.append("only the first call of each robot kept (one call per robot per decision)")
+        calls = list(first_per_robot.values())
     fixed_calls = []
     for call in calls:
         tool = toolbox.get(call.name)

@@ -1,0 +1,74 @@
+"""The embedded model for real: llama.cpp in process with the verified Qwen2.5-Coder-0.5B."""
+
+from __future__ import annotations
+
+import time
+
+import httpx2 as httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import fixture_requests, user_input
+from lava.app import create_app
+from lava.settings import Settings
+from magma_contract import check_response
+from servers import lava_process
+
+pytestmark = pytest.mark.model
+pytest.importorskip("llama_cpp")
+
+# One request of each captured kind: press_button (bench and gen), colour sorting, coffee, cleaning, two robots.
+SAMPLE = [r for name in ("bench_press_button.requests.jsonl", "gen_press_button.requests.jsonl",
+                         "bench_color_sorting.requests.jsonl", "bench_make_coffee.requests.jsonl",
+                         "bench_table_cleaning.requests.jsonl", "bench_bi_robot_sorting.requests.jsonl",
+                         "bench_press_button_definition.requests.jsonl")
+          for r in fixture_requests(name)[:2]]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app(Settings(backend="local"))) as client:
+        deadline = time.monotonic() + 120
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/health").text
+            time.sleep(0.2)
+        yield client
+
+
+def test_fixture_answers_are_valid_decisions(client) -> None:
+    """Every answer validates with magma_core and passes lava's validator; none is an error."""
+    statuses = []
+    for request in SAMPLE:
+        response = client.post("/v1/responses", json=request)
+        assert response.status_code == 200
+        outputs = check_response(request, response.json()).root
+        statuses += [o.status for o in outputs]
+        for output in outputs:
+            steps = output.internal_steps
+            assert steps and steps[0]["full_prompt"].startswith("<|im_start|>system")  # the model's own template
+            assert steps[0]["output_raw"]
+    assert statuses.count("completed") == len(statuses), statuses
+
+
+def test_inference_mode_is_deterministic(client) -> None:
+    request = {"request_id": "d", "inputs": [user_input("Please press sw2", extra_keys={"inference_mode": True})]}
+    first = client.post("/v1/responses", json=request).json()
+    second = client.post("/v1/responses", json=request).json()
+    assert first[0]["output"] == second[0]["output"]
+    assert first[0]["output"]["tool_calls"][0]["arguments"] == {"id": "sw2"}
+
+
+def test_candidates_share_the_evaluated_prompt(client) -> None:
+    request = {"request_id": "n", "inputs": [user_input("Please press sw3", n=2)]}
+    _, second = client.post("/v1/responses", json=request).json()
+    prompt_tokens = second["internal_steps"][0]["total_input_tokens"]
+    assert second["internal_steps"][0]["total_cached_tokens"] == prompt_tokens
+
+
+def test_lava_serve_without_flags_serves_the_embedded_model(tmp_path) -> None:
+    """README command 1's server: `lava serve`, no flags, offline."""
+    with lava_process(log=tmp_path / "serve.log", timeout=180) as url:
+        request = fixture_requests("bench_press_button.requests.jsonl")[0]
+        answer = httpx.post(f"{url}/v1/responses", json=request, timeout=120).json()
+        (output,) = check_response(request, answer).root
+        assert output.status == "completed"
