@@ -72,3 +72,38 @@ def test_lava_serve_without_flags_serves_the_embedded_model(tmp_path) -> None:
         answer = httpx.post(f"{url}/v1/responses", json=request, timeout=120).json()
         (output,) = check_response(request, answer).root
         assert output.status == "completed"
+
+
+def test_a_batch_is_decided_together_and_always_fits_the_schema() -> None:
+    """Hot sampling cannot break the grammar; inputs of one request share one decoding loop."""
+    import asyncio
+
+    import jsonschema
+
+    from lava.backends.local import LocalBackend
+    from lava.engine import Engine
+    from lava.policies.full_history import FullHistoryPolicy
+    from lava.protocol import AgentRequest
+    from lava.tools import ToolBox
+
+    settings = Settings(backend="local", temperature=1.5)
+    backend = LocalBackend(cache_dir=settings.cache_dir)
+    engine = Engine(FullHistoryPolicy(backend, settings))
+    inputs = [user_input(f"Please press sw{i} and tell me when it is done", id=i, n=2) for i in range(4)]
+    request = AgentRequest.model_validate({"request_id": "hot", "inputs": inputs})
+
+    async def go():
+        await backend.start()
+        try:
+            return await engine.respond(request)
+        finally:
+            await backend.close()
+
+    outputs = asyncio.run(go())
+    assert backend.batches_run == 1
+    schema = ToolBox.from_input(inputs[0]["tools"], inputs[0]["attributes"]).decision_schema()
+    import json
+
+    for output in outputs:
+        jsonschema.validate(json.loads(output["internal_steps"][0]["output_raw"]), schema)
+        assert output["status"] == "completed"

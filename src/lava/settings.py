@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(
         default_factory=lambda: Path.home() / ".cache" / "lava", description="Where joined model files live."
     )
-    context_tokens: int = Field(8192, gt=0, description="Context window of the local model.")
+    context_tokens: int = Field(16384, gt=0, description="KV cache of the local model, shared by its sequences.")
     threads: int | None = Field(None, gt=0, description="CPU threads for the local model (default: all).")
     base_url: str | None = Field(None, description="OpenAI-compatible server URL (vLLM, llama.cpp, Ollama, ...).")
     server_profile: Literal["openai", "vllm", "llama-cpp", "ollama", "gemini-openai", "generic"] | None = Field(

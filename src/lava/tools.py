@@ -40,6 +40,7 @@ _JSON_TYPES: dict[str, str] = {
 }
 
 FORBIDDEN_TEXT_CHARACTERS = ("{", "<")
+SAY_PATTERN = r'^[^{}<>"\\\n]+$'
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +228,9 @@ class ToolBox:
         """
         say = {
             "type": "object",
-            "properties": {"say": {"type": "string", "minLength": 1, "pattern": "^[^{<]*$"}},
+            # The pattern also keeps quotes, backslashes and newlines out: grammar engines that
+            # apply it to raw characters (llama.cpp) would otherwise let a string run past its end.
+            "properties": {"say": {"type": "string", "minLength": 1, "pattern": SAY_PATTERN}},
             "required": ["say"],
             "additionalProperties": False,
         }

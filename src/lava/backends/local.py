@@ -1,13 +1,13 @@
-"""The embedded default: llama.cpp in process (llama-cpp-python) with a GGUF model.
+"""The embedded default: llama.cpp in process with a GGUF model (Qwen2.5-Coder-0.5B by default).
 
-One model instance, driven by one worker thread: llama.cpp contexts are not thread-safe, and a
-single thread also keeps the KV cache warm for the next request. The event loop never blocks.
+One `LlamaEngine` owned by one worker thread (llama.cpp contexts are not thread-safe); the event
+loop never blocks. Requests that arrive while the engine is busy, or within a few milliseconds of
+each other, are decided together: the candidates of all inputs of a MAGMA-GEN batch share one
+decoding loop, and prompts share their common prefixes in the KV cache.
 
-The prompt is rendered with the model's own chat template (from the GGUF metadata) and sent as
-text, so the trace records exactly what the model read, and llama.cpp's prefix reuse is visible:
-candidates of one input re-use the evaluated prompt and only sample; consecutive turns of an
-episode re-use everything up to the new turn. Decoding is constrained by a GBNF grammar compiled
-from the input's decision schema, so the model cannot name an unknown tool or robot.
+The prompt is rendered with the model's own chat template (from the GGUF metadata) and traced
+verbatim. Decoding is constrained by a GBNF grammar compiled from the input's decision schema, so
+the model cannot name an unknown tool or robot, or leave out an argument.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import asyncio
 import json
 import logging
 import os
+import queue
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,7 @@ from .weights import DEFAULT_MODEL, MODELS, materialize
 log = logging.getLogger("lava.backends.local")
 
 GRAMMAR_CACHE_SIZE = 64
-
-
-def _import_llama() -> Any:
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise MissingExtra("the local backend", "local", "llama-cpp-python") from exc
-    return llama_cpp
+GATHER_WINDOW_S = 0.01  # how long the worker waits for more work before starting a batch
 
 
 def resolve_model_path(model_path: Path | None, embedded: str, cache_dir: Path) -> Path:
@@ -54,6 +48,15 @@ def resolve_model_path(model_path: Path | None, embedded: str, cache_dir: Path) 
     return materialize(model, cache_dir)
 
 
+@dataclass
+class _Work:
+    request: GenerationRequest
+    prompt: str
+    deadline: float | None
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+
 class LocalBackend(Backend):
     name = "local"
 
@@ -63,25 +66,29 @@ class LocalBackend(Backend):
         *,
         embedded_model: str = DEFAULT_MODEL,
         cache_dir: Path,
-        context_tokens: int = 8192,
+        context_tokens: int = 16384,
         threads: int | None = None,
+        slots: int = 32,
     ) -> None:
         self.model_path = model_path
         self.embedded_model = embedded_model
         self.cache_dir = cache_dir
         self.context_tokens = context_tokens
         self.threads = threads or os.cpu_count() or 1
+        self.slots = slots
         self.model = model_path.name if model_path else embedded_model
         self.capabilities = Capabilities(
             shares_prompt_across_n=True, json_schema=True, deterministic_greedy=True,
             max_context_tokens=context_tokens,
         )
-        self._llm: Any = None
+        self._engine: Any = None
         self._formatter: Any = None
-        self._grammars: OrderedDict[str, Any] = OrderedDict()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lava-llama")
+        self._grammars: OrderedDict[str, str] = OrderedDict()
+        self._queue: queue.Queue[_Work | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
         self._loaded = threading.Event()
         self.load_seconds: float | None = None
+        self.batches_run = 0  # worker batches, for tests and metrics
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -90,53 +97,105 @@ class LocalBackend(Backend):
         return resolve_model_path(self.model_path, self.embedded_model, self.cache_dir)
 
     def _load(self) -> None:
-        llama_cpp = _import_llama()
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        try:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+            from .llama_engine import LlamaEngine
+        except ImportError as exc:
+            raise MissingExtra("the local backend", "local", "llama-cpp-python") from exc
         started = time.perf_counter()
         path = self.prepare()
-        llm = llama_cpp.Llama(
-            model_path=str(path), n_ctx=self.context_tokens, n_threads=self.threads,
-            n_threads_batch=self.threads, n_batch=512, verbose=False,
-        )
-        template = llm.metadata.get("tokenizer.chat_template")
+        engine = LlamaEngine(str(path), n_ctx=self.context_tokens, slots=self.slots, threads=self.threads)
+        template = engine.metadata("tokenizer.chat_template")
         if not template:
             raise ConfigError(f"{path} has no chat template in its metadata; lava needs one to prompt it")
-        eos = llm.detokenize([llm.token_eos()], special=True).decode("utf-8", errors="ignore")
-        adds_bos = str(llm.metadata.get("tokenizer.ggml.add_bos_token", "false")).lower() == "true"
-        bos = llm.detokenize([llm.token_bos()], special=True).decode("utf-8", errors="ignore") if adds_bos else ""
-        self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-        self._llm = llm
+        self._formatter = Jinja2ChatFormatter(template=template, eos_token=engine.eos_text(), bos_token="")
+        self._engine = engine
         self.load_seconds = time.perf_counter() - started
-        self._loaded.set()
-        log.info("loaded %s in %.1f s (%d threads, context %d)", path.name, self.load_seconds, self.threads,
-                 self.context_tokens)
+        log.info("loaded %s in %.1f s (%d threads, context %d, %d slots)", path.name, self.load_seconds,
+                 self.threads, self.context_tokens, self.slots)
 
     async def start(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(target=self._serve, name="lava-llama", daemon=True)
+        self._thread.start()
+        self._loaded.set()
 
     @property
     def ready(self) -> bool:
         return self._loaded.is_set()
 
     async def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._thread is not None:
+            self._queue.put(None)
 
-    # -- generation --------------------------------------------------------------------------
+    # -- the worker --------------------------------------------------------------------------
 
-    def render_prompt(self, request: GenerationRequest) -> tuple[str, list[str]]:
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        formatted = self._formatter(messages=messages)
-        stop = formatted.stop if isinstance(formatted.stop, list) else [formatted.stop]
-        return formatted.prompt, [marker for marker in stop if marker]  # an empty marker would stop at once
+    def _serve(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            gather_until = time.monotonic() + GATHER_WINDOW_S
+            while True:
+                try:
+                    item = self._queue.get(timeout=max(0.0, gather_until - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            self._run(batch)
 
-    def _grammar(self, schema: Any) -> Any:
+    def _run(self, batch: list[_Work]) -> None:
+        from .llama_engine import Job
+
+        jobs = []
+        for work in batch:
+            request = work.request
+            grammar = self._grammar(request.json_schema) if request.json_schema else None
+            jobs.append(Job(
+                tokens=self._engine.tokenize(work.prompt), n=request.n, max_tokens=request.max_tokens,
+                greedy=request.greedy, temperature=request.temperature, top_p=request.top_p,
+                seed=request.seed or 0, grammar=grammar, deadline=work.deadline,
+            ))
+        started = time.perf_counter()
+        self.batches_run += 1
+        try:
+            self._engine.run(jobs)
+        except Exception as exc:  # the whole group failed (llama.cpp error): every waiter hears it
+            for work in batch:
+                work.loop.call_soon_threadsafe(_settle, work.future, None, exc)
+            return
+        seconds = time.perf_counter() - started
+        for work, job in zip(batch, jobs, strict=True):
+            if job.error is not None:
+                work.loop.call_soon_threadsafe(_settle, work.future, None, job.error)
+                continue
+            completions = [
+                Completion(
+                    text=self._engine.detokenize(tokens),
+                    finish_reason=finish,
+                    usage=Usage(input_tokens=len(job.tokens), output_tokens=len(tokens),
+                                cached_tokens=job.cached_tokens if k == 0 else len(job.tokens),
+                                requests=1 if k == 0 else 0),
+                    duration_s=seconds,
+                    prompt=work.prompt,
+                )
+                for k, (tokens, finish) in enumerate(zip(job.outputs, job.finish, strict=True))
+            ]
+            work.loop.call_soon_threadsafe(_settle, work.future, completions, None)
+
+    def _grammar(self, schema: Any) -> str:
         key = json.dumps(schema, sort_keys=True)
         grammar = self._grammars.get(key)
         if grammar is None:
-            from llama_cpp import LlamaGrammar
+            from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-            grammar = LlamaGrammar.from_json_schema(key, verbose=False)
+            # The schema's own property order is kept: robot, then tool, then its arguments.
+            grammar = json_schema_to_gbnf(json.dumps(schema))
             self._grammars[key] = grammar
             if len(self._grammars) > GRAMMAR_CACHE_SIZE:
                 self._grammars.popitem(last=False)
@@ -144,78 +203,39 @@ class LocalBackend(Backend):
             self._grammars.move_to_end(key)
         return grammar
 
-    def _cached_prefix(self, tokens: list[int]) -> int:
-        cached = self._llm.input_ids[: self._llm.n_tokens]
-        shared = 0
-        for a, b in zip(cached, tokens, strict=False):
-            if a != b:
-                break
-            shared += 1
-        return shared
+    # -- generation --------------------------------------------------------------------------
 
-    def _generate_sync(self, request: GenerationRequest, until: float | None) -> list[Completion]:
-        llm = self._llm
-        if until is not None and time.monotonic() >= until:
-            raise BackendTimeout("the deadline passed while waiting for the model", component=f"backend:{self.name}")
-        stopping = None
-        if until is not None:
-            from llama_cpp import StoppingCriteriaList
-
-            stopping = StoppingCriteriaList([lambda ids, logits: time.monotonic() >= until])
-        prompt, stop = self.render_prompt(request)
-        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-        if len(tokens) + request.max_tokens > self.context_tokens:
-            raise BackendError(
-                f"the prompt has {len(tokens)} tokens; with {request.max_tokens} to generate it exceeds the "
-                f"context of {self.context_tokens} (setting context_tokens)", component=f"backend:{self.name}",
-            )
-        grammar = self._grammar(request.json_schema) if request.json_schema else None
-        completions = []
-        for k in range(request.n):
-            cached = self._cached_prefix(tokens)
-            started = time.perf_counter()
-            result = llm.create_completion(
-                prompt=tokens,
-                max_tokens=request.max_tokens,
-                temperature=0.0 if request.greedy else request.temperature,
-                top_p=1.0 if request.greedy else request.top_p,
-                top_k=1 if request.greedy else 40,
-                min_p=0.0 if request.greedy else 0.05,
-                repeat_penalty=1.0,
-                stop=stop,
-                seed=None if request.seed is None else request.seed + k,
-                grammar=grammar,
-                stopping_criteria=stopping,
-            )
-            choice = result["choices"][0]
-            usage = result.get("usage") or {}
-            completions.append(Completion(
-                text=choice.get("text") or "",
-                finish_reason=choice.get("finish_reason"),
-                usage=Usage(
-                    input_tokens=int(usage.get("prompt_tokens", len(tokens))),
-                    output_tokens=int(usage.get("completion_tokens", 0)),
-                    cached_tokens=min(cached, len(tokens)),
-                    requests=1,
-                ),
-                duration_s=time.perf_counter() - started,
-                prompt=prompt,
-            ))
-        return completions
+    def render_prompt(self, request: GenerationRequest) -> str:
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        return self._formatter(messages=messages).prompt
 
     async def generate(self, request: GenerationRequest) -> list[Completion]:
         if not self.ready:
             raise BackendUnavailable("the embedded model is not loaded", component=f"backend:{self.name}")
         loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        self._queue.put(_Work(request, self.render_prompt(request), deadline(), loop, future))
         try:
-            return await loop.run_in_executor(self._executor, self._generate_sync, request, deadline())
+            return await future
+        except TimeoutError as exc:
+            raise BackendTimeout(str(exc), component=f"backend:{self.name}") from exc
         except BackendError:
             raise
-        except (ValueError, RuntimeError) as exc:  # llama.cpp reports decode failures this way
+        except Exception as exc:
             raise BackendError(f"llama.cpp failed: {exc}", component=f"backend:{self.name}") from exc
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "model": self.model, "threads": self.threads, "context": self.context_tokens}
+        return {"name": self.name, "model": self.model, "threads": self.threads, "context": self.context_tokens,
+                "slots": self.slots}
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller gave up (deadline, disconnect)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 __all__ = ["LocalBackend", "resolve_model_path"]
