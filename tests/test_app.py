@@ -147,3 +147,14 @@ def test_health_and_info_answer_while_a_long_request_runs() -> None:
         assert worker.is_alive()  # the long request was still running
         worker.join()
         assert result["r"].status_code == 200
+
+
+def test_metrics_count_requests_candidates_and_errors(make_client) -> None:
+    client = make_client()
+    client.post("/v1/responses", json=body(user_input(n=2)))
+    client.post("/v1/responses", json=body({**user_input(), "id": True}))
+    text = client.get("/metrics").text
+    assert 'lava_requests_total{status="200"} 1.0' in text
+    assert 'lava_requests_total{status="422"} 1.0' in text
+    assert 'lava_candidates_total{code="",status="completed"} 2.0' in text
+    assert "lava_decision_seconds_count 1.0" in text

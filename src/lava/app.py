@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from . import AGENT_ID, __version__
 from .backends import Backend, create_backend
 from .engine import Engine, EngineLimits
 from .errors import InvalidInput, LavaError, Overloaded
+from .metrics import Metrics
 from .policies import Policy, create_policy
 from .protocol import PROTOCOL_VERSION, AgentRequest
 from .settings import Settings
@@ -47,6 +49,7 @@ class Runtime:
     backend: Backend
     policy: Policy
     engine: Engine
+    metrics: Metrics
     load_error: str | None = None
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -102,7 +105,8 @@ def create_app(
         deadline_s=settings.request_deadline_s,
         max_candidates=settings.max_candidates,
     )
-    runtime = Runtime(settings, backend, policy, Engine(policy, limits))
+    metrics = Metrics()
+    runtime = Runtime(settings, backend, policy, Engine(policy, limits, metrics), metrics)
 
     async def load() -> None:
         try:
@@ -168,14 +172,31 @@ def create_app(
         },
     )
     async def responses(request: Request) -> Response:
-        body = await read_body(request, settings.max_body_bytes)
-        if isinstance(body, Response):
-            return body
-        agent_request = parse_request(body)
-        if not runtime.ready:
-            return not_ready()
-        outputs = await runtime.engine.respond(agent_request)
-        return Response(encode_json(outputs), media_type="application/json")
+        started = time.perf_counter()
+        status = 500
+        try:
+            body = await read_body(request, settings.max_body_bytes)
+            if isinstance(body, Response):
+                status = body.status_code
+                return body
+            agent_request = parse_request(body)
+            if not runtime.ready:
+                status = 503
+                return not_ready()
+            outputs = await runtime.engine.respond(agent_request)
+            status = 200
+            return Response(encode_json(outputs), media_type="application/json")
+        except (ValidationError, InvalidInput):
+            status = 422
+            raise
+        finally:
+            metrics.requests.labels(str(status)).inc()
+            metrics.request_seconds.observe(time.perf_counter() - started)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_route() -> Response:
+        content, media_type = metrics.exposition()
+        return Response(content, media_type=media_type)
 
     return app
 

@@ -21,6 +21,7 @@ from typing import Any
 from .deadlines import set_deadline
 from .errors import CandidateError, DeadlineExceeded, InvalidInput, InvalidOutput
 from .memory import clone_json
+from .metrics import Metrics
 from .policies import CandidateResult, Policy
 from .protocol import AgentRequest
 from .situation import Situation
@@ -57,9 +58,10 @@ def read_situations(request: AgentRequest, limits: EngineLimits) -> list[Situati
 
 
 class Engine:
-    def __init__(self, policy: Policy, limits: EngineLimits | None = None) -> None:
+    def __init__(self, policy: Policy, limits: EngineLimits | None = None, metrics: Metrics | None = None) -> None:
         self.policy = policy
         self.limits = limits or EngineLimits()
+        self.metrics = metrics
         self._slots = asyncio.Semaphore(self.limits.max_concurrency)
 
     async def respond(self, request: AgentRequest) -> list[Output]:
@@ -74,6 +76,9 @@ class Engine:
             outputs.extend(
                 self._output(request.request_id, situation, index, result) for index, result in enumerate(results)
             )
+        if self.metrics is not None:
+            for output in outputs:
+                self.metrics.observe_candidate(output)
         return outputs
 
     async def _answer(self, situation: Situation, deadline: float) -> Sequence[CandidateResult]:
@@ -81,6 +86,18 @@ class Engine:
         memories = [clone_json(situation.input.memory) for _ in range(n)]
         started = time.perf_counter()
         set_deadline(deadline)  # this task's own context: backends size their timeouts from it
+        if self.metrics is not None:
+            self.metrics.in_flight.inc()
+        try:
+            return await self._decide(situation, deadline, memories)
+        finally:
+            if self.metrics is not None:
+                self.metrics.in_flight.dec()
+                self.metrics.decision_seconds.observe(time.perf_counter() - started)
+
+    async def _decide(self, situation: Situation, deadline: float, memories: list[dict[str, Any]]
+                      ) -> Sequence[CandidateResult]:
+        n = situation.n
         try:
             async with asyncio.timeout_at(deadline), self._slots:
                 results = await self.policy.decide(situation, memories)
@@ -101,7 +118,6 @@ class Engine:
                 f"policy returned {len(results)} results for {n} candidates", component=self.policy.name
             )
             return [CandidateResult.failed(error) for _ in range(n)]
-        log.debug("input %s decided in %.3f s", situation.input.id, time.perf_counter() - started)
         return results
 
     def _output(self, request_id: str, situation: Situation, index: int, result: CandidateResult) -> Output:

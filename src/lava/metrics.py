@@ -1,0 +1,54 @@
+"""Prometheus metrics, one registry per app (so tests and several apps in a process stay apart).
+
+Names follow Prometheus practice: base units (`_seconds`), counters end in `_total`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("lava_requests_total", "POST /v1/responses answered, by HTTP status",
+                                ["status"], registry=r)
+        self.request_seconds = Histogram("lava_request_seconds", "Time to answer a /v1/responses request",
+                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.decision_seconds = Histogram("lava_decision_seconds", "Time to decide all candidates of one input",
+                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.candidates = Counter("lava_candidates_total", "Candidates answered, by status and error code",
+                                  ["status", "code"], registry=r)
+        self.model_calls = Counter("lava_model_calls_total", "Model calls recorded in internal steps, by component",
+                                   ["component"], registry=r)
+        self.model_seconds = Histogram("lava_model_call_seconds", "Duration of one model call",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("lava_tokens_total", "Model tokens, by kind (input, output, cached)", ["kind"],
+                              registry=r)
+        self.repairs = Counter("lava_parse_repairs_total", "Model answers that needed a repair call", registry=r)
+        self.in_flight = Gauge("lava_inputs_in_flight", "Inputs being decided or waiting for a slot", registry=r)
+
+    def observe_candidate(self, output: dict) -> None:
+        error = output.get("error") or {}
+        self.candidates.labels(output["status"], error.get("code", "")).inc()
+        steps = output.get("internal_steps") or []
+        if any(str(step.get("component", "")).endswith(".repair") for step in steps):
+            self.repairs.inc()
+        for step in steps:
+            if "total_input_tokens" not in step:
+                continue
+            self.model_calls.labels(str(step.get("component", ""))).inc()
+            self.model_seconds.observe(float(step.get("duration_s", 0.0)))
+            self.tokens.labels("input").inc(step.get("total_input_tokens", 0))
+            self.tokens.labels("output").inc(step.get("total_output_tokens", 0))
+            self.tokens.labels("cached").inc(step.get("total_cached_tokens", 0))
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+__all__ = ["Metrics"]
