@@ -56,15 +56,55 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_parser(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("eval", help="run the real MAGMA-BENCH on a suite of scenarios against lava")
+    run.add_argument("suite", nargs="?", default="all",
+                     help="a suite file, or a shipped suite: all, single-robot, smoke")
+    run.add_argument("--agent", default="", metavar="ARGS",
+                     help='`lava serve` arguments of the agent under test, e.g. "--policy full_history"')
+    run.add_argument("--compare", metavar="ARGS", help="a second configuration, run on the same episodes")
+    run.add_argument("--agent-url", help="evaluate an agent that is already running at this URL instead")
+    run.add_argument("--out", type=Path, default=Path("runs") / "eval", help="where runs and reports go")
+    run.add_argument("--magma-env", type=Path, help="MAGMA consumer env.sh (default /tmp/magma-e2e/env.sh)")
+    run.add_argument("--episode-timeout", type=float, default=900, help="seconds allowed per episode")
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .evaluation.consumer import MagmaEnvironment
+    from .evaluation.runner import AgentConfig, render_table, run_eval, write_report
+    from .evaluation.suite import load_suite
+
+    entries = load_suite(args.suite)
+    configs = [AgentConfig("a" if args.compare else "lava", tuple(shlex.split(args.agent)), args.agent_url)]
+    if args.compare:
+        configs.append(AgentConfig("b", tuple(shlex.split(args.compare))))
+    magma = MagmaEnvironment.discover(args.magma_env)
+    args.out.mkdir(parents=True, exist_ok=True)
+    reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=args.episode_timeout)
+    print(render_table(reports))
+    write_report(reports, args.out / "report.json")
+    print(f"\nreport: {args.out / 'report.json'}")
+    for report in reports:
+        for scenario in report.scenarios:
+            for failure in scenario.failures:
+                print(f"  [{report.config.label}] {failure['episode']}: {failure['status']} -> {failure['trace']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lava", description="lava: an agent server for MAGMA")
     parser.add_argument("--version", action="version", version=f"lava {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _eval_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             return serve(args)
+        if args.command == "eval":
+            return evaluate(args)
     except ConfigError as exc:
         print(f"lava: {exc}", file=sys.stderr)
         return 2

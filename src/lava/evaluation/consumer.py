@@ -14,7 +14,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,12 @@ from typing import Any
 from ..errors import ConfigError
 
 LOCAL_BENCHMARK = Path(__file__).with_name("local_benchmark.py")
+COMPILE_SUITE = Path(__file__).with_name("compile_suite.py")
 DEFAULT_ENV_FILE = Path("/tmp/magma-e2e/env.sh")
 _MAGMA_VARIABLES = ("MAGMA_VENV", "VK_ICD_FILENAMES", "LD_LIBRARY_PATH")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -69,7 +70,7 @@ class MagmaEnvironment:
 
     @contextlib.contextmanager
     def planner(self, log: Path) -> Iterator[str]:
-        port = _free_port()
+        port = free_port()
         with open(log, "w") as out:
             process = subprocess.Popen(
                 [self.python, str(self.planner_script), str(port)], stdout=out, stderr=subprocess.STDOUT,
@@ -102,9 +103,24 @@ class MagmaEnvironment:
         if result.returncode != 0:
             raise RuntimeError(f"compiling {entries} failed: {result.stderr[-2000:]}")
 
+    def compile_plan(self, plan: dict[str, list[str]], log: Path) -> dict[str, str | None]:
+        """Compile several benchmark directories in one process; {out dir: error or None}."""
+        plan_file = log.with_suffix(".plan.json")
+        plan_file.write_text(json.dumps(plan))
+        result = subprocess.run([self.python, str(COMPILE_SUITE), str(plan_file)], capture_output=True, text=True,
+                                env=self.environ(), timeout=1800)
+        log.write_text(result.stdout + result.stderr)
+        outcome: dict[str, str | None] = {out: "the compiler did not report on it" for out in plan}
+        for line in result.stdout.splitlines():
+            if line.startswith("{"):
+                report = json.loads(line)
+                outcome[report["out"]] = None if report["ok"] else report.get("error", "failed")
+        return outcome
+
     def run_bench(
         self, benchmark: Path, results: Path, *, agent_url: str, planner_url: str, log: Path,
         timeout_s: float = 3600, extra_args: Sequence[str] = (),
+        on_episode: Callable[[str], None] | None = None,
     ) -> BenchResult:
         command = [
             str(self.venv / "bin" / "magma-bench"), "run", "--benchmark-root", str(benchmark),
@@ -113,12 +129,31 @@ class MagmaEnvironment:
             *extra_args,
         ]
         started = time.monotonic()
+        progress = results / "progress.log"
+        reported = 0
         with open(log, "w") as out:
             # A config.yaml in the working directory would be picked up: run from the results' parent.
             results.parent.mkdir(parents=True, exist_ok=True)
-            completed = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=self.environ(),
-                                       cwd=results.parent, timeout=timeout_s)
-        return BenchResult.read(results, completed.returncode, time.monotonic() - started)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self.environ(),
+                                       cwd=results.parent)
+            while process.poll() is None:
+                if time.monotonic() - started > timeout_s:
+                    process.kill()
+                    process.wait()
+                    break
+                reported = _report_progress(progress, reported, on_episode)
+                time.sleep(1.0)
+            _report_progress(progress, reported, on_episode)
+        return BenchResult.read(results, process.returncode, time.monotonic() - started)
+
+
+def _report_progress(progress: Path, reported: int, on_episode: Callable[[str], None] | None) -> int:
+    if on_episode is None or not progress.is_file():
+        return reported
+    lines = [line for line in progress.read_text().splitlines() if "EPISODE_COMPLETED" in line]
+    for line in lines[reported:]:
+        on_episode(line)
+    return len(lines)
 
 
 @dataclass
@@ -168,4 +203,4 @@ class BenchResult:
         return counts
 
 
-__all__ = ["BenchResult", "Episode", "MagmaEnvironment"]
+__all__ = ["BenchResult", "Episode", "MagmaEnvironment", "free_port"]

@@ -15,6 +15,12 @@ Usage (inside the MAGMA venv):
 
 Preset constructor keyword arguments can be given as JSON:
     python magma_local_benchmark.py OUT 'press_button.ButtonPressOrdered={"sequence_of_buttons":["sw1"],"instruction":"Press sw1"}'
+
+An entry may end in @SEED to give that episode its own seed (definition expansion and semantic
+randomization); otherwise entry i uses --seed + i.
+
+Vendored from the MAGMA team's shared tools (shared/magma/magma_local_benchmark.py) so that
+`lava eval` works from an installed lava; the @SEED suffix is lava's addition.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     scenario_id = None
     entries: list[EpisodeIndexEntry] = []
     for index, item in enumerate(args.presets):
+        item, _, raw_seed = item.rpartition("@") if item.rsplit("@", 1)[-1].isdigit() else (item, "", "")
+        entry_seed = int(raw_seed) if raw_seed else args.seed + index
         name, _, raw_kwargs = item.partition("=")
         kwargs = json.loads(raw_kwargs) if raw_kwargs else {}
         this_scenario, _, preset_name = name.partition(".")
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         elif preset_name in manifest.definitions:
             # Dynamic task definitions are expanded the way MAGMA-GEN does it.
             from magma_gen.task_generator.generator import TaskGenerator
-            random.seed(args.seed + index)
+            random.seed(entry_seed)
             cls = load_definition(name)
             task = TaskGenerator(args.max_tool_calls).generate(cls(**kwargs))
         else:
@@ -95,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         # Tool API descriptions only need the class registry, not live agents.
         task._tools = task.Tools_cls([], {})
         stages = serialize_task_stages(task)
-        spec = SpecGenerator(seed=args.seed).generate_N_spec(task, 1)[0]
+        spec = SpecGenerator(seed=entry_seed).generate_N_spec(task, 1)[0]
         randomizer = RuntimeRandomizer(spec)
 
         if index == 0:
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             conditions=["clean"],
             source_definition=name,
             definition_arguments=encode_value(kwargs),
-            generation_seed=args.seed,
+            generation_seed=entry_seed,
             requested_length_bucket="short",
             requested_tool_call_range=[n_calls, n_calls],
             initialization=task.get_initialization_spec(),
