@@ -1,0 +1,119 @@
+"""The commander: ask the model for n decisions, read them, repair once, and trace every call.
+
+Shared by every policy: policies decide *what* to ask (messages, schema); the commander owns
+*how* (one prompt evaluation for all candidates, the tolerant parser, the validator, one bounded
+repair with the validator's own words, an `internal_steps` record per model call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..backends.base import Backend, Completion, GenerationRequest, Message, Usage
+from ..errors import CandidateError, InvalidOutput
+from ..parsing import ParsedDecision
+from ..prompts import render
+from ..protocol import AgentDecision
+from ..settings import Settings
+from ..situation import Situation
+from .base import model_step, read_decision
+
+
+@dataclass(slots=True)
+class Proposal:
+    """One candidate's outcome of a commander call."""
+
+    decision: AgentDecision | None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    error: CandidateError | None = None
+    raw: str = ""
+
+
+class Commander:
+    def __init__(self, backend: Backend, settings: Settings, component: str = "commander") -> None:
+        self.backend = backend
+        self.settings = settings
+        self.component = component
+
+    def request(self, situation: Situation, messages: Sequence[Message], n: int,
+                schema: Mapping[str, Any] | None, *, max_tokens: int | None = None) -> GenerationRequest:
+        return GenerationRequest(
+            messages=tuple(messages),
+            n=n,
+            greedy=situation.greedy,
+            temperature=self.settings.temperature,
+            max_tokens=max_tokens or self.settings.max_tokens,
+            seed=self.settings.seed,
+            json_schema=schema,
+            situation=situation,
+            component=self.component,
+        )
+
+    async def propose(
+        self,
+        situation: Situation,
+        messages: Sequence[Message],
+        n: int,
+        *,
+        schema: Mapping[str, Any] | None,
+        input_elements: dict[str, Any],
+        first_step: int = 0,
+        seed_offset: int = 0,
+    ) -> list[Proposal]:
+        request = self.request(situation, messages, n, schema)
+        if seed_offset and request.seed is not None:
+            request = replace(request, seed=request.seed + seed_offset)
+        completions = await self.backend.generate(request)
+        if len(completions) != n:
+            raise InvalidOutput(f"the backend returned {len(completions)} answers for {n} candidates",
+                                component=self.component)
+        return list(await asyncio.gather(*(
+            self._finish(situation, request, completion, k, input_elements, first_step)
+            for k, completion in enumerate(completions)
+        )))
+
+    async def _finish(self, situation: Situation, request: GenerationRequest, completion: Completion,
+                      candidate: int, elements: dict[str, Any], first_step: int) -> Proposal:
+        parsed = read_decision(completion, situation.toolbox)
+        steps = [model_step(first_step, request, completion, input_elements=elements, parsed=parsed)]
+        usage = completion.usage
+        for attempt in range(self.settings.repair_attempts):
+            if parsed.ok:
+                break
+            try:
+                repair, completion, parsed = await self._repair(situation, request, completion, parsed,
+                                                                candidate, attempt)
+            except CandidateError as error:
+                return Proposal(None, steps, usage, error, completion.text)
+            steps.append(model_step(first_step + len(steps), repair, completion, input_elements=elements,
+                                    parsed=parsed))
+            usage = usage + completion.usage
+        if not parsed.ok or parsed.decision is None:
+            message = "; ".join(parsed.problems) or "the model gave no decision"
+            return Proposal(None, steps, usage, InvalidOutput(message, component=self.component), completion.text)
+        return Proposal(parsed.decision, steps, usage, None, completion.text)
+
+    async def _repair(self, situation: Situation, request: GenerationRequest, completion: Completion,
+                      parsed: ParsedDecision, candidate: int, attempt: int
+                      ) -> tuple[GenerationRequest, Completion, ParsedDecision]:
+        """Ask once more, quoting the validator: the model sees its own answer and what was wrong."""
+        messages = (
+            *request.messages,
+            Message("assistant", completion.text),
+            Message("user", render("repair.j2", problems="; ".join(parsed.problems))),
+        )
+        seed = None if request.seed is None else request.seed + 1000 * (attempt + 1) + candidate
+        repair = replace(request, messages=messages, n=1, seed=seed, component=f"{self.component}.repair")
+        started = time.perf_counter()
+        (repaired,) = await self.backend.generate(repair)
+        if not repaired.duration_s:
+            repaired = replace(repaired, duration_s=time.perf_counter() - started)
+        return repair, repaired, read_decision(repaired, situation.toolbox)
+
+
+__all__ = ["Commander", "Proposal"]
