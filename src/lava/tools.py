@@ -220,13 +220,15 @@ class ToolBox:
             "additionalProperties": False,
         }
 
-    def decision_schema(self) -> dict[str, Any]:
+    def decision_schema(self, *, say: bool = True, calls: bool = True) -> dict[str, Any]:
         """JSON Schema of lava's answer format for this input: text xor calls, names as enums.
+
+        `say=False` or `calls=False` keeps one branch only, for turns that must act or must talk.
 
         Constrained decoding with it makes unknown tools, unknown robots, missing or extra
         arguments and wrongly typed values impossible, whatever the model.
         """
-        say = {
+        say_branch = {
             "type": "object",
             # The pattern also keeps quotes, backslashes and newlines out: grammar engines that
             # apply it to raw characters (llama.cpp) would otherwise let a string run past its end.
@@ -234,22 +236,22 @@ class ToolBox:
             "required": ["say"],
             "additionalProperties": False,
         }
-        if not self.tools:
-            return say
-        calls: dict[str, Any] = {
+        if not self.tools or not calls:
+            return say_branch
+        calls_schema: dict[str, Any] = {
             "type": "array",
             "items": {"anyOf": [self.call_schema(t) for t in self.tools]},
             "minItems": 1,
         }
         if self.robots:
-            calls["maxItems"] = len(self.robots)
+            calls_schema["maxItems"] = len(self.robots)
         act = {
             "type": "object",
-            "properties": {"tool_calls": calls},
+            "properties": {"tool_calls": calls_schema},
             "required": ["tool_calls"],
             "additionalProperties": False,
         }
-        return {"anyOf": [act, say]}
+        return {"anyOf": [act, say_branch]} if say else act
 
     def check_call(self, call: ToolCall) -> list[str]:
         problems: list[str] = []

@@ -11,6 +11,7 @@ from .base import CandidateResult, Policy
 
 POLICIES: dict[str, tuple[str, str]] = {
     "full_history": ("lava.policies.full_history", "FullHistoryPolicy"),
+    "magma": ("lava.policies.magma", "MagmaPolicy"),
 }
 
 

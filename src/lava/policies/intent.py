@@ -1,0 +1,88 @@
+"""What a user message wants: action, an answer, or only to be heard (a rule, a fact, a preference).
+
+MAGMA stages expect exactly one of these, and answering an informative message with a tool call
+(or a request with text) fails the stage. Clear cases are read from the wording; the rest go to
+the model as a three-way constrained choice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .task_state import Intent
+
+_ACT_VERBS = frozenset((
+    "press", "push", "toggle", "launch", "start", "run", "sort", "move", "place", "put", "take", "grab", "pick",
+    "prepare", "make", "clean", "wipe", "set", "store", "deliver", "balance", "arrange", "process", "bring",
+    "send", "perform", "remove", "clear", "load", "unload", "drop", "fill", "wash", "pack", "cook", "serve",
+    "transfer", "carry", "fetch", "get", "open", "close", "turn", "insert", "add", "handle", "organize",
+    "organise", "tidy", "empty", "discard", "throw", "mark", "label", "validate", "ship", "go", "use", "fix",
+    "stack", "swap", "return", "detect", "scan", "inspect", "check", "cancel", "stop", "continue", "finish", "do",
+))
+_FILLERS = ("ok", "okay", "good", "great", "perfect", "now", "then", "hey", "hello", "hi", "so", "and", "alright",
+            "oh", "please", "pls", "kindly", "also", "first", "next", "finally", "just")
+_LEADS = ("let's", "lets", "can you", "could you", "would you", "will you", "i want you to", "i need you to",
+          "go ahead and", "you can", "you may", "you should", "try to")
+_STRONG_INFORM = re.compile(r"\b(remember|do not forget|don't forget|keep in mind|note that|from now on|new rule|"
+                            r"forget|each time|every time|whenever|for future)\b", re.IGNORECASE)
+_WEAK_INFORM = re.compile(r"\b(always|never|must|should|rule|constraint|default|prefer|likes?|has access|"
+                          r"have access|belongs?|goes to|uses|there is no|there are no|anymore|no longer|"
+                          r"is broken|out of stock|is empty)\b", re.IGNORECASE)
+_WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|new (recipe|order|delivery|task|request)s?)\b",
+                   re.IGNORECASE)
+_QUESTION_START = re.compile(
+    r"^(who|what|which|where|when|why|how|whose|is there|are there|is it|do you|does|did|have you|has|"
+    r"can you tell|could you tell|tell me)\b", re.IGNORECASE)
+_CLAUSES = re.compile(r"[.:;!?]+\s*|,\s+")
+
+
+def _clause_verb(clause: str) -> str | None:
+    words = clause.strip().lower()
+    changed = True
+    while changed:
+        changed = False
+        for lead in (*_LEADS, *_FILLERS):
+            if words.startswith(lead + " ") or words == lead:
+                words = words[len(lead):].lstrip(" ,!")
+                changed = True
+    if re.match(r"(do(es)? you|do not|don't)\b", words):
+        return None  # "do you know ...": a question, not "do"
+    match = re.match(r"[a-z]+", words)
+    return match.group(0) if match else None
+
+
+def _clauses(text: str) -> list[str]:
+    return [c for c in _CLAUSES.split(text) if c.strip()]
+
+
+def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
+    """The intent when the wording settles it; None when the model should decide."""
+    tool_words = {part for name in tool_names for part in name.lower().split("_") if len(part) > 2}
+    verbs = [_clause_verb(c) for c in _clauses(text)]
+    acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]
+    if verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember"):
+        return "act"
+    if _STRONG_INFORM.search(text):
+        return "acknowledge"
+    if acting or _WANT.search(text):
+        return "act"
+    stripped = text.strip()
+    if _QUESTION_START.match(_strip_greeting(stripped)) or stripped.endswith("?"):
+        return "answer"
+    if _WEAK_INFORM.search(text):
+        return "acknowledge"
+    if re.search(r"\bplease\b", text, re.IGNORECASE):
+        return "act"
+    return None
+
+
+def _strip_greeting(text: str) -> str:
+    return re.sub(r"^(hello|hi|hey)(\s+\w+)?[,!.]?\s+", "", text, flags=re.IGNORECASE)
+
+
+INTENT_SCHEMA = {"type": "object", "properties": {"intent": {"enum": ["act", "answer", "acknowledge"]}},
+                 "required": ["intent"], "additionalProperties": False}
+
+
+__all__ = ["INTENT_SCHEMA", "heuristic_intent"]

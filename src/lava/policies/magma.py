@@ -1,0 +1,266 @@
+"""The MAGMA-aware policy: small constrained steps a small model can get right.
+
+Per turn:
+1. a user message is classified (act / answer / acknowledge): from its wording when that is
+   clear, else by the model as a three-way constrained choice;
+2. an acknowledgement is answered in plain words, and the rule kept in memory for later turns;
+3. an action request starts a task: lava keeps the request, the calls that succeeded since, the
+   last result and the latest observations in memory, and shows the model that state instead of
+   the whole history (the prompt stays bounded however long the episode);
+4. the commander then chooses the next calls, with decoding constrained to calls when work is
+   known to remain (names the request mentions and no call has used yet), or to calls-or-text
+   otherwise; a text answer after completed work becomes a plain completion message.
+
+Memory: `memory_list` untouched; `history` in the reference schema, kept to a window of recent
+turns; everything else under `memory["lava"]`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from ..backends.base import Backend, GenerationRequest, Message
+from ..errors import CandidateError
+from ..memory import LAVA_KEY, append_turn
+from ..parsing import strip_reasoning
+from ..prompts import render
+from ..protocol import AgentDecision, ToolCall
+from ..settings import Settings
+from ..situation import Situation
+from ..tools import CANCEL_TOOL, ToolSpec
+from .base import CandidateResult, Policy, model_step
+from .commander import Commander, Proposal
+from .intent import INTENT_SCHEMA, heuristic_intent
+from .messages import task_state
+from .task_state import Intent, TaskState, mentioned, one_dimensional, remaining, vocabulary
+
+HISTORY_WINDOW = 12
+DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
+RESAMPLE_ROUNDS = 2
+_IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
+               "does not exist", "doesn't exist", "not found", "sorry", "no more", "anymore")
+
+
+def acknowledgement(text: str) -> str:
+    """A plain acknowledgement that restates what will be remembered (judges check understanding)."""
+    clean = " ".join(text.split()).translate(str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"}))
+    if len(clean) > 300:
+        clean = clean[:297] + "..."
+    return f"Understood, I will keep this in mind: {clean}"
+
+
+def completion_message(state: TaskState) -> str:
+    if not state.done:
+        return "Done."
+    steps = [line.split(".", 1)[1] if "." in line else line for line in state.done[-8:]]
+    return "Done. I completed: " + "; ".join(steps) + "."
+
+
+class MagmaPolicy(Policy):
+    name = "magma"
+
+    def __init__(self, backend: Backend, settings: Settings) -> None:
+        super().__init__(backend, settings)
+        self.commander = Commander(backend, settings)
+
+    # -- intent ------------------------------------------------------------------------------
+
+    async def classify(self, situation: Situation) -> tuple[Intent, list[dict[str, Any]]]:
+        text = situation.instruction.content
+        intent = heuristic_intent(text, situation.toolbox.tool_names)
+        if intent is not None:
+            return intent, []
+        request = GenerationRequest(
+            messages=(Message("user", render("classify.j2", message=text, tools=[
+                t.name for t in situation.toolbox.tools if t.name != CANCEL_TOOL])),),
+            n=1, greedy=True, max_tokens=12, seed=self.settings.seed, json_schema=INTENT_SCHEMA,
+            situation=situation, component="classifier",
+        )
+        (completion,) = await self.backend.generate(request)
+        try:
+            label = json.loads(strip_reasoning(completion.text)).get("intent")
+        except (ValueError, AttributeError):
+            label = None
+        intent = label if label in ("act", "answer", "acknowledge") else "act"
+        step = model_step(0, request, completion, input_elements={"message": text})
+        step["output_formatted"] = {"intent": intent}
+        return intent, [step]
+
+    # -- one-dimensional requests: a plan of values, executed one per turn --------------------
+
+    def acting_tool(self, situation: Situation) -> ToolSpec:
+        return next(t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and t.params)
+
+    async def plan(self, situation: Situation, state: TaskState, wanted: list[str]
+                   ) -> tuple[list[str], list[dict[str, Any]]]:
+        """The values to use, in order. Without rules the request's own order is the plan; with
+        rules the model orders them (constrained to known values, at least the requested ones)."""
+        rules = [*situation.memory.memory_list, *state.rules]
+        if not rules:
+            return wanted, []
+        tool = self.acting_tool(situation)
+        names = vocabulary(situation.attributes)
+        allowed = sorted(set(wanted) | {v for rule in rules for v in mentioned(rule, names)})
+        examples = [*dict.fromkeys([*allowed, *names])][:3] + ["x", "y", "z"]
+        schema = {"type": "array", "items": {"enum": allowed}, "minItems": len(wanted),
+                  "maxItems": len(wanted) + len(allowed)}
+        request = GenerationRequest(
+            messages=(Message("user", render("plan.j2", rules=rules, tool=tool, param=tool.params[0].name,
+                                             values=allowed, request=state.request, a=examples[0], b=examples[1],
+                                             c=examples[2])),),
+            n=1, greedy=True, max_tokens=16 + 8 * schema["maxItems"], seed=self.settings.seed,
+            json_schema=schema, situation=situation, component="planner",
+        )
+        (completion,) = await self.backend.generate(request)
+        try:
+            proposed = json.loads(strip_reasoning(completion.text))
+        except ValueError:
+            proposed = None
+        valid = isinstance(proposed, list) and all(isinstance(v, str) for v in proposed) and not remaining(
+            wanted, [{"arguments": {"v": v}} for v in proposed])
+        plan = list(proposed) if valid else wanted  # a plan that drops a requested value is not taken
+        step = model_step(0, request, completion, input_elements={"request": state.request, "rules": rules})
+        step["output_formatted"] = {"plan": plan, "accepted": valid}
+        return plan, [step]
+
+    def next_planned(self, situation: Situation, state: TaskState) -> AgentDecision | None:
+        """The plan's next call, or None when the plan is done."""
+        assert state.plan is not None
+        index = len(state.done_calls)
+        if index >= len(state.plan):
+            return None
+        tool = self.acting_tool(situation)
+        robots = situation.toolbox.robots or ("robot",)
+        free = [r for r in robots if r not in situation.toolbox.busy] or list(robots)
+        call = ToolCall(name=tool.name, arguments={tool.params[0].name: state.plan[index]}, target_robot_name=free[0])
+        return AgentDecision(tool_calls=[call])
+
+    # -- the commander's view ----------------------------------------------------------------
+
+    def messages(self, situation: Situation, state: TaskState, ask: str, left: list[str]) -> list[Message]:
+        rules = [*situation.memory.memory_list, *state.rules]
+        system = render("magma_system.j2", robots=situation.toolbox.robots, tools=situation.toolbox.tools,
+                        rules=rules)
+        shown = state.done[-DONE_SHOWN:]
+        older = Counter(line.split("(", 1)[0] for line in state.done[:-DONE_SHOWN]) if len(state.done) > DONE_SHOWN \
+            else Counter()
+        before = ", ".join(f"{name} x{count}" for name, count in older.items())
+        user = render("magma_state.j2", state=task_state(situation.attributes), earlier=state.earlier,
+                      observations=state.observations, request=state.request or situation.instruction.content,
+                      done=shown, done_before=f"{sum(older.values())} earlier steps: {before}" if older else "",
+                      done_offset=len(state.done) - len(shown), last_feedback=state.last_feedback, left=left, ask=ask)
+        return [Message("system", system), Message("user", user)]
+
+    async def propose(self, situation: Situation, state: TaskState, *, say: bool, calls: bool, ask: str,
+                      left: list[str], first_step: int) -> list[Proposal]:
+        schema = situation.toolbox.decision_schema(say=say, calls=calls)
+        elements = {"intent": state.intent, "request": state.request, "done": list(state.done), "left": left,
+                    "constrained_to": "calls" if not say else "text" if not calls else "calls or text"}
+        messages = self.messages(situation, state, ask, left)
+        proposals = await self.commander.propose(situation, messages, situation.n, schema=schema,
+                                                 input_elements=elements, first_step=first_step)
+        if not situation.greedy and situation.n > 1:
+            proposals = await self.distinct(situation, messages, schema, elements, proposals, first_step)
+        return proposals
+
+    async def distinct(self, situation: Situation, messages: list[Message], schema: dict[str, Any],
+                       elements: dict[str, Any], proposals: list[Proposal], first_step: int) -> list[Proposal]:
+        """MAGMA-GEN explores one branch per candidate: identical candidates waste branches, so
+        duplicates are resampled a bounded number of times (different seeds), then kept."""
+        for round_number in range(1, RESAMPLE_ROUNDS + 1):
+            seen: set[str] = set()
+            duplicates = []
+            for index, proposal in enumerate(proposals):
+                if proposal.decision is None:
+                    continue
+                key = proposal.decision.model_dump_json()
+                if key in seen:
+                    duplicates.append(index)
+                seen.add(key)
+            if not duplicates:
+                break
+            fresh = await self.commander.propose(situation, messages, len(duplicates), schema=schema,
+                                                 input_elements=elements, first_step=first_step,
+                                                 seed_offset=7919 * round_number)
+            for index, proposal in zip(duplicates, fresh, strict=True):
+                if proposal.decision is not None and proposal.decision.model_dump_json() not in seen:
+                    proposals[index] = proposal
+                    seen.add(proposal.decision.model_dump_json())
+        return proposals
+
+    # -- the turn ----------------------------------------------------------------------------
+
+    async def decide(self, situation: Situation, memories: list[dict[str, Any]]) -> list[CandidateResult]:
+        state = TaskState.load(situation.memory.private)
+        shared_steps: list[dict[str, Any]] = []
+        instruction = situation.instruction
+        if instruction.type == "user":
+            intent, shared_steps = await self.classify(situation)
+            if intent == "acknowledge":
+                state.remember_rule(instruction.content)
+                decision = AgentDecision(say=acknowledgement(instruction.content))
+                return [self.result(situation, state, decision, shared_steps, memory) for memory in memories]
+            state.start(intent, instruction.content)
+        elif situation.feedback is not None:
+            state.observe(situation.feedback, situation.toolbox)
+
+        if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
+            if instruction.type == "user":
+                wanted = mentioned(state.request, vocabulary(situation.attributes))
+                if wanted:
+                    state.plan, plan_steps = await self.plan(situation, state, wanted)
+                    for step in plan_steps:
+                        step["id"] = f"step-{len(shared_steps)}"
+                        shared_steps.append(step)
+            if state.plan:
+                decision = self.next_planned(situation, state) or AgentDecision(say=completion_message(state))
+                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                        for memory in memories]
+
+        first = len(shared_steps)
+        if state.intent == "answer":
+            asked = instruction.type == "user"
+            proposals = await self.propose(
+                situation, state, say=True, calls=asked, left=[], first_step=first,
+                ask="Answer the user's question in one short sentence" + (
+                    ", or call a tool first if you must look something up." if asked else "."),
+            )
+        else:
+            names = vocabulary(situation.attributes)
+            left = remaining(mentioned(state.request, names), state.done_calls) if state.request else []
+            must_act = instruction.type == "user" or (bool(left) and one_dimensional(situation.toolbox))
+            ask = ("Give the next tool call." if must_act else
+                   "If everything the request asks for is done, say so; otherwise give the next tool call.")
+            proposals = await self.propose(situation, state, say=not must_act, calls=True, ask=ask, left=left,
+                                           first_step=first)
+        results = []
+        for proposal, memory in zip(proposals, memories, strict=True):
+            steps = [dict(step) for step in shared_steps] + proposal.steps
+            if proposal.decision is None:
+                error = proposal.error or CandidateError("no decision", component=self.name)
+                results.append(CandidateResult.failed(error, steps, proposal.usage))
+                continue
+            decision = proposal.decision
+            completes = decision.say and not decision.tool_calls and state.intent == "act" and state.done
+            if completes and not any(word in decision.say.lower() for word in _IMPOSSIBLE):
+                decision = AgentDecision(say=completion_message(state))
+            results.append(self.result(situation, state, decision, steps, memory, usage=proposal.usage))
+        return results
+
+    def result(self, situation: Situation, state: TaskState, decision: AgentDecision,
+               steps: list[dict[str, Any]], memory: dict[str, Any], usage: Any = None) -> CandidateResult:
+        own = TaskState.load({"task": state.dump()})  # every candidate continues from its own copy
+        own.launched(decision)
+        private = memory.get(LAVA_KEY)
+        memory[LAVA_KEY] = {**(private if isinstance(private, dict) else {}), "task": own.dump()}
+        append_turn(memory, situation.instruction, decision)
+        history = memory.get("history")
+        if isinstance(history, list) and len(history) > HISTORY_WINDOW:
+            memory["history"] = history[-HISTORY_WINDOW:]
+        kwargs = {"usage": usage} if usage is not None else {}
+        return CandidateResult(decision=decision, memory=memory, steps=steps, **kwargs)
+
+
+__all__ = ["MagmaPolicy", "acknowledgement", "completion_message"]

@@ -1,0 +1,213 @@
+"""The task state the MAGMA-aware policy keeps in memory: pure data and pure functions.
+
+A small model cannot track a plan in free text, so lava tracks it for the model: the current
+request, the calls that succeeded since it (in order), what the last feedback said, the latest
+observation results, the rules the user gave, and a short digest of earlier requests. Every
+value is JSON and lives under `memory["lava"]["task"]`, so any replica continues from it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ..protocol import AgentDecision, ToolCall
+from ..situation import Feedback
+from ..tools import CANCEL_TOOL, ToolBox
+
+Intent = Literal["act", "answer", "acknowledge"]
+
+MAX_DONE = 40
+MAX_EARLIER = 4
+MAX_OBSERVATIONS = 3
+MAX_RULES = 20
+
+_RESULT = re.compile(r"^\s*(?P<robot>[^:]+?):\s*(?P<tool>\S+)\s+(?P<status>succeed|succeeded|failed)\s+with message:\s*"
+                     r"(?P<message>.*)$", re.IGNORECASE)
+_TIMES = {"once": 1, "twice": 2, "thrice": 3, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3,
+          "4": 4, "5": 5}
+_FORGET = re.compile(r"\b(forget|ignore|discard|drop|cancel)\b.*\b(rules?|constraints?|instructions?|preferences?)\b",
+                     re.IGNORECASE)
+
+
+def call_text(call: ToolCall | Mapping[str, Any]) -> str:
+    """`panda.press_button(id=sw1)`: the compact form MAGMA itself uses in messages."""
+    if isinstance(call, ToolCall):
+        robot, name, arguments = call.target_robot_name, call.name, call.arguments
+    else:
+        robot, name, arguments = call["robot"], call["name"], call.get("arguments", {})
+    inner = ", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                      for key, value in arguments.items())
+    return f"{robot}.{name}({inner})"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    robot: str
+    tool: str
+    ok: bool
+    message: str
+
+
+def read_results(feedback: Feedback) -> list[Result]:
+    results = []
+    for line in feedback.lines():
+        match = _RESULT.match(line)
+        if match:
+            results.append(Result(match["robot"].strip(), match["tool"], match["status"].lower() != "failed",
+                                  match["message"].strip()))
+    return results
+
+
+@dataclass
+class TaskState:
+    intent: Intent | None = None
+    request: str = ""
+    done: list[str] = field(default_factory=list)
+    done_calls: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    last_feedback: str = ""
+    last_failed: bool = False
+    failures_in_row: int = 0
+    observations: list[str] = field(default_factory=list)
+    earlier: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    # For one-dimensional requests (one tool, one parameter): the values to use, in order.
+    plan: list[str] | None = None
+    turns: int = 0
+
+    @classmethod
+    def load(cls, private: Mapping[str, Any]) -> TaskState:
+        raw = private.get("task")
+        if not isinstance(raw, dict):
+            return cls()
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        try:
+            return cls(**known)
+        except TypeError:  # a memory written by another version: start the task state afresh
+            return cls()
+
+    def dump(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # -- transitions (each returns nothing and mutates this copy only) ----------------------
+
+    def start(self, intent: Intent, request: str) -> None:
+        if self.request and (self.done or self.intent == "act"):
+            digest = f"{self.request} -> " + (", ".join(self.done[-6:]) if self.done else "nothing done")
+            self.earlier = [*self.earlier, digest][-MAX_EARLIER:]
+        self.intent, self.request = intent, request
+        self.done, self.done_calls, self.pending = [], [], []
+        self.last_failed, self.failures_in_row = False, 0
+        self.plan = None
+
+    def remember_rule(self, text: str) -> None:
+        if _FORGET.search(text):
+            self.rules = []
+            return
+        if text not in self.rules:
+            self.rules = [*self.rules, text][-MAX_RULES:]
+
+    def observe(self, feedback: Feedback, toolbox: ToolBox) -> list[Result]:
+        """Fold environment feedback into the state: successes are done, failures remembered."""
+        results = read_results(feedback)
+        self.last_feedback = feedback.render()
+        pending = {c["robot"]: c for c in self.pending}
+        if feedback.previous_calls:
+            for robot, call in feedback.previous_calls.items():
+                if isinstance(call, Mapping) and isinstance(call.get("name"), str):
+                    pending.setdefault(robot, {"robot": robot, "name": call["name"],
+                                               "arguments": call.get("arguments") or {}})
+        failed = bool(feedback.error or feedback.failure_reason)
+        for result in results:
+            call = pending.get(result.robot)
+            if result.ok and call is not None:
+                self.done = [*self.done, call_text(call)][-MAX_DONE:]
+                self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+                tool = toolbox.get(call["name"])
+                if tool is not None and (not tool.params or len(result.message) > 80):
+                    self.observations = [*self.observations, f"{call['name']}: {result.message}"][-MAX_OBSERVATIONS:]
+            failed = failed or not result.ok
+        if not results and not failed and pending:
+            # "The action has completed." carries no per-robot line: every pending call succeeded.
+            for call in pending.values():
+                self.done = [*self.done, call_text(call)][-MAX_DONE:]
+                self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+        self.last_failed = failed
+        self.failures_in_row = self.failures_in_row + 1 if failed else 0
+        self.pending = []
+        return results
+
+    def launched(self, decision: AgentDecision) -> None:
+        self.pending = [{"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}
+                        for c in decision.tool_calls]
+        self.turns += 1
+
+
+# -- what the request names ------------------------------------------------------------------
+
+
+def vocabulary(attributes: Mapping[str, Any]) -> dict[str, str]:
+    """Attribute values (the task's own names) mapped to the attribute they come from."""
+    names: dict[str, str] = {}
+    for key, value in attributes.items():
+        if key in ("known_robots", "robot_statuses"):
+            continue
+        values: Iterable[Any] = value if isinstance(value, list) else value.values() if isinstance(value, dict) else ()
+        for item in values:
+            if isinstance(item, str) and item.strip():
+                names.setdefault(item, key)
+    return names
+
+
+def mentioned(text: str, names: Iterable[str]) -> list[str]:
+    """Names the text mentions, in order of mention, repeated as often as it asks ("two times sw0")."""
+    found: list[tuple[int, str, int]] = []
+    for name in sorted(set(names), key=len, reverse=True):
+        for match in re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE):
+            if any(start <= match.start() < start + len(other) for start, other, _ in found):
+                continue  # part of a longer name already found
+            before = text[max(0, match.start() - 20):match.start()].lower().split()
+            after = text[match.end():match.end() + 16].lower().split()
+            times = 1
+            if len(before) >= 2 and before[-1] == "times" and before[-2] in _TIMES:
+                times = _TIMES[before[-2]]
+            elif before and before[-1] in ("twice", "thrice"):
+                times = _TIMES[before[-1]]
+            elif after and after[0].strip(",.;") in ("twice", "thrice"):
+                times = _TIMES[after[0].strip(",.;")]
+            elif len(after) >= 2 and after[1].strip(",.;") == "times" and after[0] in _TIMES:
+                times = _TIMES[after[0]]
+            found.append((match.start(), name, times))
+    found.sort()
+    return [name for _, name, times in found for _ in range(times)]
+
+
+def argument_values(calls: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [v for c in calls for v in (c.get("arguments") or {}).values() if isinstance(v, str)]
+
+
+def remaining(request_mentions: Sequence[str], calls: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Mentioned names not yet used by a successful call, as a multiset, in mention order."""
+    used = Counter(argument_values(calls))
+    left = []
+    for name in request_mentions:
+        if used[name] > 0:
+            used[name] -= 1
+        else:
+            left.append(name)
+    return left
+
+
+def one_dimensional(toolbox: ToolBox) -> bool:
+    """One tool with one parameter besides cancel: every mentioned name is one call to make."""
+    acting = [t for t in toolbox.tools if t.name != CANCEL_TOOL and t.params]
+    return len(acting) == 1 and len(acting[0].params) == 1
+
+
+__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "one_dimensional",
+           "read_results", "remaining", "vocabulary"]

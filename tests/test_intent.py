@@ -1,0 +1,34 @@
+"""Intent of user messages, checked on every instruction of the compiled MAGMA scenarios."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lava.policies.intent import heuristic_intent
+
+STAGES = json.loads((Path(__file__).parent / "fixtures" / "stage_intents.json").read_text())
+
+
+def test_real_stage_instructions_are_read_as_their_stage_expects() -> None:
+    """72 instructions from the 11 scenarios, labelled by the stage's expected behaviour."""
+    right = [p for p in STAGES if heuristic_intent(p["text"], p["tools"]) == p["expected"]]
+    wrong = [(p["text"], p["expected"]) for p in STAGES if p not in right]
+    # The one known miss needs context: the stage expects "no black coffee left" as a text answer.
+    assert len(right) >= len(STAGES) - 1, wrong
+
+
+@pytest.mark.parametrize(("text", "intent"), [
+    ("Please press sw1", "act"),
+    ("Can you launch a cycle according to your memory?", "act"),
+    ("Hello machine, do you know where ref_obj_1 must go?", "answer"),
+    ("Which objects are damaged, and where are they located?", "answer"),
+    ("Hello do not forget that ref_obj_1 goes to area2", "acknowledge"),
+    ("Forget all the permanent button-order rules I gave you before.", "acknowledge"),
+    ("Robot 1 has access to left area and mutual area.", "acknowledge"),
+    ("Thanks!", None),
+])
+def test_wording(text: str, intent: str | None) -> None:
+    assert heuristic_intent(text, ["toggle_button", "launch_cycle"]) == intent

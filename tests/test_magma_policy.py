@@ -1,0 +1,151 @@
+"""The MAGMA-aware policy through the engine, with the model at the backend seam."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.magma import MagmaPolicy
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+
+BUTTONS = {"tools": [{"name": "cancel_current_action", "description": "Cancel.", "arguments": {}},
+                     {"name": "toggle_button", "description": "Toggle a button.",
+                      "arguments": {"obj_name": {"description": "Button.", "type": "str"}}}],
+           "attributes": {"objects": ["sw0", "sw1", "sw2", "sw3", "sw4"], "known_robots": ["panda"],
+                          "robot_statuses": {"panda": "FREE"}}}
+CUBES = {"tools": [{"name": "get_objects_state", "description": "Detect objects.", "arguments": {}},
+                   {"name": "take", "description": "Take an object.", "arguments": {"name": {"type": "str"}}},
+                   {"name": "put", "description": "Put the held cube.", "arguments": {"target": {"type": "str"}}}],
+         "attributes": {"known_tray_color": ["white", "blue"], "known_robots": ["panda"]}}
+
+
+def engine(respond) -> tuple[Engine, FunctionBackend]:
+    backend = FunctionBackend(respond)
+    return Engine(MagmaPolicy(backend, Settings(backend="scripted"))), backend
+
+
+def step(eng: Engine, text: str, memory: dict, *, kind: str = "user", scene=BUTTONS, n: int = 1, greedy=True):
+    entry = user_input(text, memory=memory, n=n, extra_keys={"inference_mode": greedy}, **scene)
+    entry["instruction"] = {"type": kind, "content": text}
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})
+    return asyncio.run(eng.respond(request))
+
+
+def pressed(value: str) -> str:
+    return json.dumps({"infos": f"panda: toggle_button succeed with message: You have the {value} button pressed.",
+                       "previous_tool_call": {"panda": {"name": "toggle_button", "arguments": {"obj_name": value}}}})
+
+
+def test_one_dimensional_request_runs_as_a_plan_from_memory_alone() -> None:
+    eng, backend = engine(lambda req: pytest_fail(req))
+    memory = {"history": [], "scenario_key": {"kept": True}}
+    presses = []
+    (out,) = step(eng, "Please press two times sw0 then sw4?", memory)
+    for _ in range(5):
+        calls = out["output"]["tool_calls"]
+        if not calls:
+            break
+        presses.append(calls[0]["arguments"]["obj_name"])
+        # a fresh engine each turn: nothing but the returned memory carries the task
+        eng, backend = engine(lambda req: pytest_fail(req))
+        (out,) = step(eng, pressed(presses[-1]), out["memory"], kind="env")
+    assert presses == ["sw0", "sw0", "sw4"]
+    assert out["output"]["say"].startswith("Done.") and "{" not in out["output"]["say"]
+    assert out["memory"]["scenario_key"] == {"kept": True}
+    assert backend.requests == []  # no rules: the request's own order, no model call needed
+
+
+def pytest_fail(req: GenerationRequest):
+    raise AssertionError(f"unexpected model call: {req.component}")
+
+
+def test_rules_make_the_planner_order_the_values() -> None:
+    def planner(req: GenerationRequest):
+        assert req.component == "planner"
+        assert "press sw3 first" in req.messages[0].content
+        return ['["sw3", "sw1"]']
+
+    eng, _ = engine(planner)
+    (ack,) = step(eng, "Each time you are asked to press a button, press sw3 first", {"history": []})
+    assert ack["output"]["say"].startswith("Understood")
+    assert ack["memory"]["lava"]["task"]["rules"] == ["Each time you are asked to press a button, press sw3 first"]
+    (out,) = step(eng, "Please press sw1", {**ack["memory"], "memory_list": ["Stay safe."]})
+    assert out["output"]["tool_calls"][0]["arguments"] == {"obj_name": "sw3"}
+    assert out["memory"]["memory_list"] == ["Stay safe."]
+    assert out["internal_steps"][0]["component"] == "planner"
+
+
+def test_a_plan_that_drops_a_requested_value_is_not_taken() -> None:
+    eng, _ = engine(lambda req: ['["sw3"]'])
+    (ack,) = step(eng, "Always press sw3 first", {"history": []})
+    (out,) = step(eng, "Please press sw1 and sw2", ack["memory"])
+    assert out["memory"]["lava"]["task"]["plan"] == ["sw1", "sw2"]
+
+
+def test_multi_tool_task_asks_the_commander_for_calls_only_at_the_request() -> None:
+    seen = []
+
+    def commander(req: GenerationRequest):
+        seen.append(req.json_schema)
+        return ['{"tool_calls": [{"robot": "panda", "name": "get_objects_state", "arguments": {}}]}'] * req.n
+
+    eng, _ = engine(commander)
+    (out,) = step(eng, "Sort all cubes by color.", {"history": []}, scene=CUBES)
+    assert out["output"]["tool_calls"][0]["name"] == "get_objects_state"
+    assert "anyOf" not in seen[0] or all("say" not in json.dumps(b) for b in seen[0]["anyOf"])
+    assert "say" not in json.dumps(seen[0])  # calls only: text here would fail an action stage
+
+
+def test_feedback_turn_shows_the_task_state_and_completes_in_plain_words() -> None:
+    prompts = []
+
+    def commander(req: GenerationRequest):
+        prompts.append(req.messages[-1].content)
+        return ['{"say": "All cubes sorted {yay}"}']
+
+    eng, _ = engine(commander)
+    memory = {"history": [], "lava": {"task": {"intent": "act", "request": "Sort all cubes by color.",
+                                               "pending": [{"robot": "panda", "name": "take",
+                                                            "arguments": {"name": "white_cube_1"}}]}}}
+    feedback = json.dumps({"infos": "panda: take succeed with message: You have white_cube_1 in your gripper."})
+    (out,) = step(eng, feedback, memory, kind="env", scene=CUBES)
+    assert "Request: Sort all cubes by color." in prompts[0]
+    assert "1. panda.take(name=white_cube_1)" in prompts[0]
+    assert out["output"]["say"] == "Done. I completed: take(name=white_cube_1)."
+
+
+def test_candidates_are_made_distinct_when_sampling() -> None:
+    calls = {"n": 0}
+
+    def sampler(req: GenerationRequest):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return ['{"tool_calls": [{"robot": "panda", "name": "take", "arguments": {"name": "a"}}]}'] * req.n
+        return ['{"tool_calls": [{"robot": "panda", "name": "take", "arguments": {"name": "b"}}]}'] * req.n
+
+    eng, _ = engine(sampler)
+    first, second = step(eng, "Sort all cubes by color.", {"history": []}, scene=CUBES, n=2, greedy=False)
+    assert first["output"] != second["output"]
+    assert calls["n"] == 2  # one resample round sufficed
+
+
+def test_prompt_stays_bounded_over_a_long_episode() -> None:
+    sizes = []
+
+    def commander(req: GenerationRequest):
+        sizes.append(sum(len(m.content) for m in req.messages))
+        return ['{"tool_calls": [{"robot": "panda", "name": "get_objects_state", "arguments": {}}]}']
+
+    eng, _ = engine(commander)
+    (out,) = step(eng, "Sort all cubes by color.", {"history": []}, scene=CUBES)
+    for _ in range(40):
+        feedback = json.dumps({"infos": "panda: get_objects_state succeed with message: table contains "
+                                        "white_cube_1, blue_cube_2 and a long description of the scene " * 2})
+        (out,) = step(eng, feedback, out["memory"], kind="env", scene=CUBES)
+    assert sizes[-1] <= 1.5 * sizes[1]
+    assert len(out["memory"]["history"]) <= 12

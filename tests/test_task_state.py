@@ -1,0 +1,83 @@
+"""Task state: mentions, progress and feedback folding, as pure functions."""
+
+from __future__ import annotations
+
+import json
+
+from lava.policies.task_state import TaskState, call_text, mentioned, one_dimensional, remaining, vocabulary
+from lava.situation import Feedback
+from lava.tools import ToolBox
+
+NAMES = ["sw0", "sw1", "sw2", "sw3", "sw4", "sw10"]
+
+
+def test_mentions_keep_order_and_repetitions() -> None:
+    assert mentioned("Please press two times sw0 then sw4?", NAMES) == ["sw0", "sw0", "sw4"]
+    assert mentioned("press sw1 twice and sw10", NAMES) == ["sw1", "sw1", "sw10"]
+    assert mentioned("Ok press sw2, then sw1", NAMES) == ["sw2", "sw1"]
+    assert mentioned("press SW3 three times", NAMES) == ["sw3", "sw3", "sw3"]
+    assert mentioned("nothing here", NAMES) == []
+
+
+def test_remaining_is_a_multiset_difference() -> None:
+    calls = [{"arguments": {"id": "sw0"}}]
+    assert remaining(["sw0", "sw0", "sw4"], calls) == ["sw0", "sw4"]
+    assert remaining(["sw0"], calls + [{"arguments": {"id": "sw9"}}]) == []
+
+
+def test_vocabulary_skips_robots_and_statuses() -> None:
+    names = vocabulary({"objects": ["sw0"], "known_robots": ["panda"], "robot_statuses": {"panda": "FREE"},
+                        "teams": {"a": "DISCO"}})
+    assert names == {"sw0": "objects", "DISCO": "teams"}
+
+
+def test_feedback_folds_successes_and_failures() -> None:
+    toolbox = ToolBox.from_input([{"name": "take", "arguments": {"name": {"type": "str"}}},
+                                  {"name": "detect", "arguments": {}}], {"known_robots": ["panda"]})
+    state = TaskState()
+    state.start("act", "Sort all cubes")
+    state.pending = [{"robot": "panda", "name": "detect", "arguments": {}}]
+    state.observe(Feedback.parse(json.dumps({"infos": "panda: detect succeed with message: table contains red_cube_1"})),
+                  toolbox)
+    assert state.done == ["panda.detect()"]
+    assert state.observations == ["detect: table contains red_cube_1"]
+    state.pending = [{"robot": "panda", "name": "take", "arguments": {"name": "blue"}}]
+    state.observe(Feedback.parse(json.dumps({"infos": "panda: take failed with message: No objects named blue."})),
+                  toolbox)
+    assert state.done == ["panda.detect()"] and state.last_failed and state.failures_in_row == 1
+    assert "failed" in state.last_feedback
+
+
+def test_previous_tool_call_is_used_when_pending_is_unknown() -> None:
+    toolbox = ToolBox.from_input([{"name": "press", "arguments": {"id": {"type": "str"}}}], {})
+    state = TaskState()
+    content = {"infos": "panda: press succeed with message: ok",
+               "previous_tool_call": {"panda": {"name": "press", "arguments": {"id": "sw1"}}}}
+    state.observe(Feedback.parse(json.dumps(content)), toolbox)
+    assert state.done == ["panda.press(id=sw1)"]
+
+
+def test_rules_are_kept_and_forgotten() -> None:
+    state = TaskState()
+    state.remember_rule("Always press sw3 first")
+    state.remember_rule("Always press sw3 first")
+    assert state.rules == ["Always press sw3 first"]
+    state.remember_rule("Forget all the permanent button-order rules I gave you before.")
+    assert state.rules == []
+
+
+def test_state_round_trips_through_json_and_tolerates_old_memories() -> None:
+    state = TaskState(intent="act", request="r", done=["a.b()"], plan=["sw1"])
+    assert TaskState.load(json.loads(json.dumps({"task": state.dump()}))) == state
+    assert TaskState.load({"task": {"unknown": 1, "request": "x"}}).request == "x"
+    assert TaskState.load({"task": "garbage"}) == TaskState()
+
+
+def test_call_text_and_dimensions() -> None:
+    assert call_text({"robot": "panda", "name": "put", "arguments": {"target": "tray", "n": 2}}) == \
+        "panda.put(target=tray, n=2)"
+    one = ToolBox.from_input([{"name": "cancel_current_action", "arguments": {}},
+                              {"name": "press", "arguments": {"id": {"type": "str"}}}], {})
+    two = ToolBox.from_input([{"name": "take", "arguments": {"a": {"type": "str"}}},
+                              {"name": "put", "arguments": {"b": {"type": "str"}}}], {})
+    assert one_dimensional(one) and not one_dimensional(two)
