@@ -22,7 +22,7 @@ def test_mentions_keep_order_and_repetitions() -> None:
 def test_remaining_is_a_multiset_difference() -> None:
     calls = [{"arguments": {"id": "sw0"}}]
     assert remaining(["sw0", "sw0", "sw4"], calls) == ["sw0", "sw4"]
-    assert remaining(["sw0"], calls + [{"arguments": {"id": "sw9"}}]) == []
+    assert remaining(["sw0"], [*calls, {"arguments": {"id": "sw9"}}]) == []
 
 
 def test_vocabulary_skips_robots_and_statuses() -> None:
@@ -37,8 +37,8 @@ def test_feedback_folds_successes_and_failures() -> None:
     state = TaskState()
     state.start("act", "Sort all cubes")
     state.pending = [{"robot": "panda", "name": "detect", "arguments": {}}]
-    state.observe(Feedback.parse(json.dumps({"infos": "panda: detect succeed with message: table contains red_cube_1"})),
-                  toolbox)
+    detected = {"infos": "panda: detect succeed with message: table contains red_cube_1"}
+    state.observe(Feedback.parse(json.dumps(detected)), toolbox)
     assert state.done == ["panda.detect()"]
     assert state.observations == ["detect: table contains red_cube_1"]
     state.pending = [{"robot": "panda", "name": "take", "arguments": {"name": "blue"}}]

@@ -66,10 +66,19 @@ class ToolSpec:
     def param_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
-    def arguments_schema(self) -> dict[str, Any]:
+    def arguments_schema(self, enums: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+        """`enums` narrows string parameters to the listed values (names known to exist)."""
+        properties = {}
+        for p in self.params:
+            schema = p.schema()
+            values = (enums or {}).get(p.name)
+            if values and p.json_type == "string":
+                schema = {**schema, "enum": list(values)}
+                schema.pop("type", None)
+            properties[p.name] = schema
         return {
             "type": "object",
-            "properties": {p.name: p.schema() for p in self.params},
+            "properties": properties,
             "required": list(self.param_names),
             "additionalProperties": False,
         }
@@ -211,19 +220,23 @@ class ToolBox:
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.tools)
 
-    def call_schema(self, tool: ToolSpec) -> dict[str, Any]:
+    def call_schema(self, tool: ToolSpec, enums: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
         robot: dict[str, Any] = {"type": "string", "enum": list(self.robots)} if self.robots else {"type": "string"}
         return {
             "type": "object",
-            "properties": {"robot": robot, "name": {"const": tool.name}, "arguments": tool.arguments_schema()},
+            "properties": {"robot": robot, "name": {"const": tool.name},
+                           "arguments": tool.arguments_schema(enums)},
             "required": ["robot", "name", "arguments"],
             "additionalProperties": False,
         }
 
-    def decision_schema(self, *, say: bool = True, calls: bool = True) -> dict[str, Any]:
+    def decision_schema(self, *, say: bool = True, calls: bool = True, exclude: tuple[str, ...] = (),
+                        enums: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> dict[str, Any]:
         """JSON Schema of lava's answer format for this input: text xor calls, names as enums.
 
-        `say=False` or `calls=False` keeps one branch only, for turns that must act or must talk.
+        `say=False` or `calls=False` keeps one branch only, for turns that must act or must talk;
+        `exclude` leaves tools out for this turn (never all of them); `enums` maps a tool to the
+        values its string parameters may take.
 
         Constrained decoding with it makes unknown tools, unknown robots, missing or extra
         arguments and wrongly typed values impossible, whatever the model.
@@ -236,11 +249,13 @@ class ToolBox:
             "required": ["say"],
             "additionalProperties": False,
         }
-        if not self.tools or not calls:
+        offered = [t for t in self.tools if t.name not in exclude]
+        if not self.tools or not calls or (not offered and say):
             return say_branch
+        offered = offered or list(self.tools)
         calls_schema: dict[str, Any] = {
             "type": "array",
-            "items": {"anyOf": [self.call_schema(t) for t in self.tools]},
+            "items": {"anyOf": [self.call_schema(t, (enums or {}).get(t.name)) for t in offered]},
             "minItems": 1,
         }
         if self.robots:

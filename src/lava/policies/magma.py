@@ -18,6 +18,7 @@ turns; everything else under `memory["lava"]`.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -32,11 +33,14 @@ from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolSpec
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
+from .demos import pick_and_place_demo, roles
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
-from .task_state import Intent, TaskState, mentioned, one_dimensional, remaining, vocabulary
+from .names import contents, known_names, parameter_enums
+from .task_state import Intent, TaskState, argument_values, mentioned, one_dimensional, remaining, vocabulary
 
 HISTORY_WINDOW = 12
+_CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)
 DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
 RESAMPLE_ROUNDS = 2
 _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
@@ -103,7 +107,7 @@ class MagmaPolicy(Policy):
         tool = self.acting_tool(situation)
         names = vocabulary(situation.attributes)
         allowed = sorted(set(wanted) | {v for rule in rules for v in mentioned(rule, names)})
-        examples = [*dict.fromkeys([*allowed, *names])][:3] + ["x", "y", "z"]
+        examples = [*[*dict.fromkeys([*allowed, *names])][:3], "x", "y", "z"]
         schema = {"type": "array", "items": {"enum": allowed}, "minItems": len(wanted),
                   "maxItems": len(wanted) + len(allowed)}
         request = GenerationRequest(
@@ -142,7 +146,10 @@ class MagmaPolicy(Policy):
     def messages(self, situation: Situation, state: TaskState, ask: str, left: list[str]) -> list[Message]:
         rules = [*situation.memory.memory_list, *state.rules]
         system = render("magma_system.j2", robots=situation.toolbox.robots, tools=situation.toolbox.tools,
-                        rules=rules)
+                        rules=rules, demo=pick_and_place_demo(situation.toolbox))
+        _, take, put = roles(situation.toolbox)
+        held = self.held(state, take, put)
+        matches = self.matching_places(situation, state, held, put)
         shown = state.done[-DONE_SHOWN:]
         older = Counter(line.split("(", 1)[0] for line in state.done[:-DONE_SHOWN]) if len(state.done) > DONE_SHOWN \
             else Counter()
@@ -150,12 +157,28 @@ class MagmaPolicy(Policy):
         user = render("magma_state.j2", state=task_state(situation.attributes), earlier=state.earlier,
                       observations=state.observations, request=state.request or situation.instruction.content,
                       done=shown, done_before=f"{sum(older.values())} earlier steps: {before}" if older else "",
-                      done_offset=len(state.done) - len(shown), last_feedback=state.last_feedback, left=left, ask=ask)
+                      done_offset=len(state.done) - len(shown), last_feedback=state.last_feedback, left=left, ask=ask,
+                      holding=held, matches=matches,
+                      holding_known=take is not None and put is not None and bool(state.done_calls))
         return [Message("system", system), Message("user", user)]
+
+    @staticmethod
+    def held(state: TaskState, take: ToolSpec | None, put: ToolSpec | None) -> str | None:
+        """What the robot holds, from the last take/put calls that succeeded."""
+        if take is None or put is None:
+            return None
+        for call in reversed(state.done_calls):
+            if call["name"] == put.name:
+                return None
+            if call["name"] == take.name:
+                value = next(iter(call.get("arguments", {}).values()), None)
+                return value if isinstance(value, str) else "an object"
+        return None
 
     async def propose(self, situation: Situation, state: TaskState, *, say: bool, calls: bool, ask: str,
                       left: list[str], first_step: int) -> list[Proposal]:
-        schema = situation.toolbox.decision_schema(say=say, calls=calls)
+        schema = situation.toolbox.decision_schema(say=say, calls=calls, exclude=self.not_now(situation, state),
+                                                   enums=self.enums(situation, state))
         elements = {"intent": state.intent, "request": state.request, "done": list(state.done), "left": left,
                     "constrained_to": "calls" if not say else "text" if not calls else "calls or text"}
         messages = self.messages(situation, state, ask, left)
@@ -189,6 +212,72 @@ class MagmaPolicy(Policy):
                     proposals[index] = proposal
                     seen.add(proposal.decision.model_dump_json())
         return proposals
+
+    def matching_places(self, situation: Situation, state: TaskState, held: str | None,
+                        put: ToolSpec | None) -> list[str]:
+        """Places whose name shares a word with the held object (blue_cube_1 -> blue_tray)."""
+        if not held or put is None:
+            return []
+        places = self.enums(situation, state, narrow=False).get(put.name, {}).get(put.params[0].name, [])
+        words = {w for w in re.split(r"[_\-\s]+", held.lower()) if w and not w.isdigit()}
+        return [p for p in places if p != held and ("_" in p or "-" in p)
+                and words & set(re.split(r"[_\-\s]+", p.lower()))]
+
+    def enums(self, situation: Situation, state: TaskState, *, narrow: bool = True
+              ) -> dict[str, dict[str, list[str]]]:
+        """Known names for every string parameter; a put-like tool never targets what is held."""
+        results = [*state.observations, state.last_feedback, *state.earlier]
+        user = [state.request, *state.rules, *situation.memory.memory_list]
+        names = known_names(situation.attributes, results, user)
+        _, take, put = roles(situation.toolbox)
+        exclude: dict[str, set[str]] = {}
+        if take is not None and put is not None:
+            taken = {v for c in state.done_calls if c["name"] == take.name for v in c.get("arguments", {}).values()
+                     if isinstance(v, str)}
+            exclude[put.name] = taken | contents(results)  # things are put *into* places, not into things
+            exclude[take.name] = set(taken)  # an object moved once in this task is where it belongs
+        if state.last_failed and state.pending_failed:
+            # The call that just failed, with the same value, would fail again.
+            for call in state.pending_failed:
+                tool = situation.toolbox.get(call["name"])
+                if tool is not None and len(tool.params) == 1:
+                    value = (call.get("arguments") or {}).get(tool.params[0].name)
+                    if isinstance(value, str):
+                        exclude.setdefault(tool.name, set()).add(value)
+        enums = parameter_enums(situation.toolbox, names, exclude=exclude)
+        movable = contents(results) - exclude.get(take.name, set()) if take is not None and put is not None else set()
+        if movable and take is not None:
+            # Only what the robots reported as lying somewhere can be taken.
+            enums[take.name] = {take.params[0].name: sorted(movable)}
+        if narrow and put is not None and not _CONTRARY.search(" ".join(user)):
+            matches = self.matching_places(situation, state, self.held(state, take, put), put)
+            if len(matches) == 1:
+                # One place is named after what is held: that is where it goes (small models copy the
+                # previous target instead). Requests that say otherwise ("opposite", "leave") keep the choice.
+                enums[put.name] = {put.params[0].name: matches}
+        return enums
+
+    def not_now(self, situation: Situation, state: TaskState) -> tuple[str, ...]:
+        """Tools that cannot be the right next call, left out of this turn's grammar:
+        - a parameterless tool that just succeeded (it would only say the same again);
+        - with take/put-like tools: everything but putting while an object is held, and putting
+          while nothing is."""
+        excluded: list[str] = []
+        if state.done_calls and not state.last_failed:
+            tool = situation.toolbox.get(state.done_calls[-1]["name"])
+            if tool is not None and not tool.params:
+                excluded.append(tool.name)
+        _, take, put = roles(situation.toolbox)
+        if take is not None and put is not None:
+            if self.held(state, take, put) is not None:
+                excluded += [t.name for t in situation.toolbox.tools if t.name != put.name]
+            else:
+                excluded.append(put.name)
+                seen = contents([*state.observations, state.last_feedback])
+                taken = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+                if seen and seen <= taken:
+                    excluded.append(take.name)  # everything reported has been moved: nothing left to take
+        return tuple(excluded)
 
     # -- the turn ----------------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ class TaskState:
     done: list[str] = field(default_factory=list)
     done_calls: list[dict[str, Any]] = field(default_factory=list)
     pending: list[dict[str, Any]] = field(default_factory=list)
+    pending_failed: list[dict[str, Any]] = field(default_factory=list)  # the calls the last feedback refused
     last_feedback: str = ""
     last_failed: bool = False
     failures_in_row: int = 0
@@ -123,8 +124,11 @@ class TaskState:
                     pending.setdefault(robot, {"robot": robot, "name": call["name"],
                                                "arguments": call.get("arguments") or {}})
         failed = bool(feedback.error or feedback.failure_reason)
+        self.pending_failed = []
         for result in results:
             call = pending.get(result.robot)
+            if not result.ok and call is not None:
+                self.pending_failed = [*self.pending_failed, call]
             if result.ok and call is not None:
                 self.done = [*self.done, call_text(call)][-MAX_DONE:]
                 self.done_calls = [*self.done_calls, call][-MAX_DONE:]
