@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import httpx2 as httpx
 import uvicorn
@@ -72,3 +73,70 @@ def lava_process(*args: str, port: int | None = None, env: dict | None = None,
             process.kill()
         if log:
             out.close()
+
+
+class FaultyModelServer:
+    """A model server on 127.0.0.1 that misbehaves on demand, speaking both the OpenAI Chat
+    Completions and the Gemini generateContent wire formats (so each backend kind meets the same
+    faults through its real SDK and a real socket). `mode` picks the fault; `hits` counts calls."""
+
+    ANSWERS: ClassVar[dict[str, str]] = {
+        "garbage": '\x00}{ ]]tool_calls[[ \ufffd',
+        "truncated": '{"say": "", "tool_calls": [{"robot": "panda", "name": "press_bu',
+        "empty": "",
+        "invalid_tool": '{"say": "", "tool_calls": [{"robot": "panda", "name": "fly_away", "arguments": {}}]}',
+        "wrong_robot": '{"say": "", "tool_calls": [{"robot": "r2d2", "name": "press_button", '
+                       '"arguments": {"id": "sw1"}}]}',
+        "ok": '{"say": "", "tool_calls": [{"robot": "panda", "name": "press_button", "arguments": {"id": "sw1"}}]}',
+    }
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.hits = 0
+        self.slow_s = 3.0
+
+    def app(self):
+        import asyncio
+
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def answer(request, shape):
+            self.hits += 1
+            if self.mode == "500":
+                return JSONResponse({"error": {"message": "internal failure", "code": 500}}, status_code=500)
+            if self.mode == "429":
+                return JSONResponse({"error": {"message": "slow down", "code": 429}}, status_code=429,
+                                    headers={"Retry-After": "0"})
+            if self.mode == "echo_key":  # a hostile or careless server quoting our credentials back
+                supplied = request.headers.get("authorization") or request.headers.get("x-goog-api-key", "")
+                return JSONResponse({"error": {"message": f"key {supplied} is not valid", "code": 401}},
+                                    status_code=401)
+            if self.mode == "slow":
+                await asyncio.sleep(self.slow_s)
+            text = self.ANSWERS.get(self.mode, self.ANSWERS["ok"])
+            finish = "length" if self.mode == "truncated" else "stop"
+            return JSONResponse(shape(text, finish))
+
+        def chat(text, finish):
+            return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": finish,
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+        def gemini(text, finish):
+            return {"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": text}]},
+                                    "finishReason": "MAX_TOKENS" if finish == "length" else "STOP"}],
+                    "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5}}
+
+        async def chat_route(request):
+            return await answer(request, chat)
+
+        async def gemini_route(request):
+            return await answer(request, gemini)
+
+        return Starlette(routes=[
+            Route("/v1/chat/completions", chat_route, methods=["POST"]),
+            Route("/{version}/models/{rest:path}", gemini_route, methods=["POST"]),
+        ])

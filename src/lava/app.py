@@ -3,7 +3,8 @@
     200  every /v1/responses answer, even when some or all candidates are errors
     413  request body over `max_body_bytes`
     422  malformed request: the body names each failing field (`detail[].loc`)
-    503  not ready yet (model still loading) or overloaded
+    401  `auth_token` is set and the request lacks the bearer token (every route but /health)
+    503  not ready yet (model still loading), or `max_pending_requests` already in progress
 
 The request body is parsed once (strict, NaN/Infinity refused) and the answer encoded once
 with orjson, which keeps lava's own overhead near the cost of JSON.
@@ -34,6 +35,7 @@ from .errors import InvalidInput, LavaError, Overloaded
 from .metrics import Metrics
 from .policies import Policy, create_policy
 from .protocol import PROTOCOL_VERSION, AgentRequest
+from .security import BearerAuth, Redactor
 from .settings import Settings
 
 log = logging.getLogger("lava.app")
@@ -51,6 +53,7 @@ class Runtime:
     engine: Engine
     metrics: Metrics
     load_error: str | None = None
+    pending: int = 0
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -104,9 +107,11 @@ def create_app(
         max_concurrency=settings.max_concurrency,
         deadline_s=settings.request_deadline_s,
         max_candidates=settings.max_candidates,
+        max_history_entries=settings.max_history_entries,
     )
     metrics = Metrics()
     runtime = Runtime(settings, backend, policy, Engine(policy, limits, metrics), metrics)
+    redact = Redactor.from_settings(settings)
 
     async def load() -> None:
         try:
@@ -128,6 +133,8 @@ def create_app(
 
     app = FastAPI(title="lava", version=__version__, lifespan=lifespan)
     app.state.runtime = runtime
+    if settings.auth_token is not None:
+        app.add_middleware(BearerAuth, token=settings.auth_token.get_secret_value())
 
     @app.exception_handler(ValidationError)
     async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
@@ -183,9 +190,21 @@ def create_app(
             if not runtime.ready:
                 status = 503
                 return not_ready()
-            outputs = await runtime.engine.respond(agent_request)
+            if runtime.pending >= settings.max_pending_requests:
+                status = 503
+                raise Overloaded(
+                    f"lava is at capacity: {runtime.pending} requests are already being answered "
+                    f"(max_pending_requests={settings.max_pending_requests}); retry shortly"
+                )
+            runtime.pending += 1
+            metrics.pending.set(runtime.pending)
+            try:
+                outputs = await runtime.engine.respond(agent_request)
+            finally:
+                runtime.pending -= 1
+                metrics.pending.set(runtime.pending)
             status = 200
-            return Response(encode_json(outputs), media_type="application/json")
+            return Response(redact.body(encode_json(outputs)), media_type="application/json")
         except (ValidationError, InvalidInput):
             status = 422
             raise

@@ -35,6 +35,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .security import Redactor, install_log_redaction
 
     settings = Settings.load(
         args.config,
@@ -51,8 +52,12 @@ def serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction(Redactor.from_settings(settings))
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    # log_config=None: uvicorn's records go to the root handler above, redaction included.
+    # On SIGTERM uvicorn stops accepting, lets in-flight requests finish (up to the grace), then exits.
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
+                log_config=None, timeout_graceful_shutdown=settings.shutdown_grace_s)
     return 0
 
 

@@ -37,6 +37,7 @@ class EngineLimits:
     max_concurrency: int = 8
     deadline_s: float = 300.0
     max_candidates: int = 1024
+    max_history_entries: int = 20_000
 
 
 def read_situations(request: AgentRequest, limits: EngineLimits) -> list[Situation]:
@@ -50,6 +51,13 @@ def read_situations(request: AgentRequest, limits: EngineLimits) -> list[Situati
         )
     situations = []
     for index, entry in enumerate(request.inputs):
+        history = entry.memory.get("history")
+        if isinstance(history, list) and len(history) > limits.max_history_entries:
+            raise InvalidInput(
+                ("inputs", index, "memory", "history"),
+                f"the history has {len(history)} entries; this server reads at most "
+                f"{limits.max_history_entries} (setting max_history_entries)",
+            )
         try:
             situations.append(Situation.read(entry))
         except InvalidInput as problem:

@@ -30,6 +30,8 @@ class Metrics:
         self.tokens = Counter("lava_tokens_total", "Model tokens, by kind (input, output, cached)", ["kind"],
                               registry=r)
         self.repairs = Counter("lava_parse_repairs_total", "Model answers that needed a repair call", registry=r)
+        self.pending = Gauge("lava_requests_pending", "Requests being answered (the admission queue's depth)",
+                             registry=r)
         self.in_flight = Gauge("lava_inputs_in_flight", "Inputs being decided or waiting for a slot", registry=r)
 
     def observe_candidate(self, output: dict) -> None:

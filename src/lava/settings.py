@@ -35,6 +35,19 @@ class Settings(BaseSettings):
     request_deadline_s: float = Field(
         300.0, gt=0, description="Every candidate is answered within this; below the consumers' 360 s."
     )
+    max_pending_requests: int = Field(
+        512, gt=0, description="Requests answered or waiting at once; more get 503 instead of a growing queue."
+    )
+    max_history_entries: int = Field(
+        20_000, gt=0, description="Cap on memory.history entries per input (422 above)."
+    )
+    auth_token: SecretStr | None = Field(
+        None, description="When set, every route but /health needs 'Authorization: Bearer <token>'. "
+        "MAGMA's consumers send none: set it only behind a proxy that adds it."
+    )
+    shutdown_grace_s: float = Field(
+        330.0, ge=0, description="On SIGTERM, how long in-flight requests may still finish."
+    )
 
     # -- decision making
     backend: BackendName = Field("local", description="Which model decides: local, openai, gemini, scripted.")

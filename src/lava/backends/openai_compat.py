@@ -228,8 +228,12 @@ class OpenAICompatBackend(Backend):
 
     @staticmethod
     def _refuses_structured(error: BackendError) -> bool:
-        # 400/422 for unknown fields, 500 from llama-cpp-python's server on json_schema.
-        return error.status in (400, 422, 500)
+        # 400/422 for unknown fields; llama-cpp-python's server answers 500 to json_schema, with a
+        # validation message naming response_format. Any other 500 is the server failing, and
+        # must not cost the structured mode for good.
+        if error.status in (400, 422):
+            return True
+        return error.status == 500 and "response_format" in (error.message or "")
 
     def _chat_completions(self, response: Any, retries: int, seconds: float) -> list[Completion]:
         usage = getattr(response, "usage", None)
