@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, bench
 from .errors import ConfigError
 from .settings import Settings
 
@@ -104,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _eval_parser(sub)
+    bench.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             return serve(args)
         if args.command == "eval":
             return evaluate(args)
+        if args.command == "bench":
+            return bench.run(args)
     except ConfigError as exc:
         print(f"lava: {exc}", file=sys.stderr)
         return 2

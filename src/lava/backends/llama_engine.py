@@ -44,6 +44,8 @@ class Job:
     seed: int = 0
     grammar: str | None = None  # GBNF
     deadline: float | None = None  # time.monotonic()
+    # False when each candidate evaluated the prompt on its own (the naive baseline of `lava bench`).
+    candidates_share_prompt: bool = True
     # filled by the engine
     outputs: list[list[int]] = field(default_factory=list)
     finish: list[str] = field(default_factory=list)
@@ -169,6 +171,12 @@ class LlamaEngine:
                 L.llama_memory_seq_cp(self.memory, best_source.seq, target.seq, 0, best)
         target.tokens = list(tokens[:best]) if best_source is not None and best > 0 else []
         return target, len(target.tokens)
+
+    def forget(self) -> None:
+        """Empty the KV cache: the next prompts start cold (for measurements)."""
+        L.llama_memory_clear(self.memory, True)
+        for slot in self.slots:
+            slot.tokens = []
 
     def _free_slot(self, taken: set[int]) -> _Slot:
         free = [s for s in self.slots if s.seq not in taken]

@@ -164,7 +164,7 @@ class LocalBackend(Backend):
         started = time.perf_counter()
         self.batches_run += 1
         try:
-            self._engine.run(jobs)
+            self._execute(jobs)
         except Exception as exc:  # the whole group failed (llama.cpp error): every waiter hears it
             for work in batch:
                 work.loop.call_soon_threadsafe(_settle, work.future, None, exc)
@@ -179,7 +179,8 @@ class LocalBackend(Backend):
                     text=self._engine.detokenize(tokens),
                     finish_reason=finish,
                     usage=Usage(input_tokens=len(job.tokens), output_tokens=len(tokens),
-                                cached_tokens=job.cached_tokens if k == 0 else len(job.tokens),
+                                cached_tokens=job.cached_tokens if k == 0 or not job.candidates_share_prompt
+                                else len(job.tokens),
                                 requests=1 if k == 0 else 0),
                     duration_s=seconds,
                     prompt=work.prompt,
@@ -187,6 +188,10 @@ class LocalBackend(Backend):
                 for k, (tokens, finish) in enumerate(zip(job.outputs, job.finish, strict=True))
             ]
             work.loop.call_soon_threadsafe(_settle, work.future, completions, None)
+
+    def _execute(self, jobs: list[Any]) -> None:
+        """Complete the jobs of one gathered batch: together, sharing prefixes and one decoding loop."""
+        self._engine.run(jobs)
 
     def _grammar(self, schema: Any) -> str:
         key = json.dumps(schema, sort_keys=True)

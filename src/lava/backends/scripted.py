@@ -36,6 +36,8 @@ from ..tools import CANCEL_TOOL
 from .base import Backend, Capabilities, Completion, GenerationRequest, Usage
 
 ScriptEntry = str | dict[str, Any] | list[Any]
+# `lava serve --backend scripted` may run for days: it keeps only the latest requests for inspection.
+KEPT_REQUESTS = 256
 
 
 def load_script(path: Path) -> list[ScriptEntry]:
@@ -98,7 +100,7 @@ class ScriptedBackend(Backend):
         self.script = list(script) if script is not None else None
         self.delay_s = delay_s
         self.model = "scripted-rule" if script is None else "scripted-file"
-        self.requests: list[GenerationRequest] = []  # every request, for tests to inspect
+        self.requests: list[GenerationRequest] = []  # the latest requests (KEPT_REQUESTS), for tests
 
     @classmethod
     def from_file(cls, path: Path | None, *, delay_s: float = 0.0) -> ScriptedBackend:
@@ -118,6 +120,8 @@ class ScriptedBackend(Backend):
 
     async def generate(self, request: GenerationRequest) -> list[Completion]:
         self.requests.append(request)
+        if len(self.requests) > 2 * KEPT_REQUESTS:
+            del self.requests[:-KEPT_REQUESTS]
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         prompt_chars = sum(len(m.content) for m in request.messages)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from ..backends.base import Message
@@ -17,6 +18,9 @@ from ..memory import Turn
 from ..parsing import parse_decision, render_decision
 from ..prompts import render
 from ..situation import Feedback, Situation
+from ..tools import ToolSpec
+
+HISTORY_CACHE_SIZE = 8192
 
 
 def format_value(value: Any) -> str:
@@ -35,16 +39,15 @@ def task_state(attributes: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def system_message(situation: Situation) -> Message:
-    return Message(
-        "system",
-        render(
-            "commander_system.j2",
-            robots=situation.toolbox.robots,
-            tools=situation.toolbox.tools,
-            rules=situation.memory.memory_list,
-            summary=situation.memory.summary,
-        ),
-    )
+    toolbox, memory = situation.toolbox, situation.memory
+    return _system_message(toolbox.robots, toolbox.tools, memory.memory_list, memory.summary)
+
+
+@lru_cache(maxsize=256)
+def _system_message(robots: tuple[str, ...] | None, tools: tuple[ToolSpec, ...], rules: tuple[str, ...],
+                    summary: str) -> Message:
+    # The same for every input of a batch and every turn of an episode: rendered once.
+    return Message("system", render("commander_system.j2", robots=robots, tools=tools, rules=rules, summary=summary))
 
 
 def turn_text(kind: str, content: str, state: list[tuple[str, str]] | None = None) -> str:
@@ -59,14 +62,17 @@ def model_text(record: str) -> str:
     return render_decision(parsed.decision) if parsed.decision is not None else record
 
 
+@lru_cache(maxsize=HISTORY_CACHE_SIZE)
+def history_message(author: str, content: str) -> Message:
+    """One history entry as the model sees it. Every turn of an episode sends the whole history
+    again, so entries are rendered once and then served from this (pure, bounded) cache."""
+    if author == "MODEL":
+        return Message("assistant", model_text(content))
+    return Message("user", turn_text("user" if author == "USER" else "env", content))
+
+
 def history_messages(turns: Iterable[Turn]) -> list[Message]:
-    messages = []
-    for turn in turns:
-        if turn.author == "MODEL":
-            messages.append(Message("assistant", model_text(turn.content)))
-        else:
-            messages.append(Message("user", turn_text("user" if turn.author == "USER" else "env", turn.content)))
-    return messages
+    return [history_message(turn.author, turn.content) for turn in turns]
 
 
 def current_message(situation: Situation) -> Message:

@@ -24,6 +24,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=False,
         autoescape=False,
+        auto_reload=False,  # templates ship with the package: no stat() per render on the hot path
     )
 
 
