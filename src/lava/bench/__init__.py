@@ -46,10 +46,11 @@ def render(report: dict[str, Any]) -> str:
     if "overhead" in report:
         o = report["overhead"]
         lines += [
-            "", f"1. server overhead: {o['batch']}, {o['rounds']} requests each, alternating",
+            "", f"1. server overhead: {o['batch']} in, {o['answer_bytes']:,} bytes out, {o['rounds']} requests each, "
+                "alternating",
             f"   lava serve (scripted backend)             median {o['lava']['median_ms']:7.2f} ms   "
             f"p90 {o['lava']['p90_ms']:7.2f} ms",
-            f"   floor (decode, magma_core, encode)         median {o['floor']['median_ms']:7.2f} ms   "
+            f"   floor (decode, magma_core, encode same)    median {o['floor']['median_ms']:7.2f} ms   "
             f"p90 {o['floor']['p90_ms']:7.2f} ms",
             f"   ratio {o['ratio']:.2f}x the floor   (target <= {TARGETS['overhead_ratio']:g}x: "
             f"{_mark(o['ratio'] <= TARGETS['overhead_ratio'])})",

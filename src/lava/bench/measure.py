@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -102,28 +103,32 @@ def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20) -> dict[st
     body = orjson.dumps(request)
     expected = sum(entry["num_outputs"] for entry in request["inputs"])
     lava_port, floor_port = free_port(), free_port()
-    with serving(lava_scripted(lava_port), lava_port) as (lava_url, _), \
-            serving(["lava.bench.floor", str(floor_port)], floor_port) as (floor_url, _), \
-            httpx.Client(timeout=60) as client:
+    with serving(lava_scripted(lava_port), lava_port) as (lava_url, _), httpx.Client(timeout=60) as client:
         _, answer = _timed_post(client, lava_url, body)
         outputs = answer.json()
         statuses = [o["status"] for o in outputs]
         if len(outputs) != expected or set(statuses) != {"completed"}:
             raise RuntimeError(f"lava answered the batch with {len(outputs)} outputs, statuses {set(statuses)}")
-        lava_s: list[float] = []
-        floor_s: list[float] = []
-        for round_ in range(warmup + rounds):
-            # Alternate who goes first so neither always meets a freshly idle CPU.
-            pair = [(lava_url, lava_s), (floor_url, floor_s)]
-            for url, sink in pair if round_ % 2 == 0 else reversed(pair):
-                elapsed, _ = _timed_post(client, url, body)
-                if round_ >= warmup:
-                    sink.append(elapsed)
+        with tempfile.NamedTemporaryFile(suffix=".json") as answer_file:
+            answer_file.write(answer.content)
+            answer_file.flush()
+            floor_server = serving(["lava.bench.floor", str(floor_port), answer_file.name], floor_port)
+            with floor_server as (floor_url, _):
+                lava_s: list[float] = []
+                floor_s: list[float] = []
+                for round_ in range(warmup + rounds):
+                    # Alternate who goes first so neither always meets a freshly idle CPU.
+                    pair = [(lava_url, lava_s), (floor_url, floor_s)]
+                    for url, sink in pair if round_ % 2 == 0 else reversed(pair):
+                        elapsed, _ = _timed_post(client, url, body)
+                        if round_ >= warmup:
+                            sink.append(elapsed)
     lava, floor = _summary(lava_s), _summary(floor_s)
     return {
         "batch": f"{len(request['inputs'])} inputs x {request['inputs'][0]['num_outputs']} candidates, "
                  f"{len(request['inputs'][0]['memory']['history'])}-entry histories, {len(body):,} bytes",
-        "rounds": rounds, "lava": lava, "floor": floor, "ratio": lava["median_ms"] / floor["median_ms"],
+        "answer_bytes": len(answer.content), "rounds": rounds, "lava": lava, "floor": floor,
+        "ratio": lava["median_ms"] / floor["median_ms"],
     }
 
 
