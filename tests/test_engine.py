@@ -68,6 +68,14 @@ def test_candidates_get_independent_memories_and_rules_survive() -> None:
     assert req.inputs[0].memory["history"] == []
 
 
+def test_an_input_without_tools_can_still_be_answered_in_text() -> None:
+    """`tools` may be empty (its default): the model's `{"say": ...}` is then the whole answer."""
+    backend = FunctionBackend(lambda req: ['{"say": "Understood."}'])
+    (out,) = run(engine_for(backend), request(user_input("Hello", tools=[])))
+    assert out["status"] == "completed", out["error"]
+    assert out["output"] == {"say": "Understood.", "tool_calls": []}
+
+
 def test_memory_history_uses_reference_schema() -> None:
     backend = FunctionBackend(lambda req: [PRESS.format("sw1")])
     (out,) = run(engine_for(backend), request(user_input("Please press sw1")))

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import __version__, bench
+from . import __version__, bench, conformance
 from .errors import ConfigError
 from .settings import Settings
 
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     _serve_parser(sub)
     _eval_parser(sub)
     bench.add_parser(sub)
+    conformance.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             return evaluate(args)
         if args.command == "bench":
             return bench.run(args)
+        if args.command == "check":
+            return conformance.run(args)
     except ConfigError as exc:
         print(f"lava: {exc}", file=sys.stderr)
         return 2

@@ -193,7 +193,6 @@ def parse_decision(
     *,
     robots: Sequence[str] | None = None,
     native_calls: Sequence[NativeCall] = (),
-    tools_offered: bool = True,
 ) -> ParsedDecision:
     """Read a decision from model output. Always returns; `raw` is the untouched text."""
     result = ParsedDecision(raw=text)
@@ -206,12 +205,12 @@ def parse_decision(
     if not body:
         result.problems.append("the model returned no answer")
         return result
-    if tools_offered:
-        for value in _candidates(body):
-            decision = reader.decision(value)
-            if decision is not None:
-                result.decision = decision
-                return result
+    # Read JSON even when no tool was offered: `{"say": ...}` is how lava asks every model to talk.
+    for value in _candidates(body):
+        decision = reader.decision(value)
+        if decision is not None:
+            result.decision = decision
+            return result
     if "{" in body or _MARKUP.search(body):
         result.problems.append("the answer looks like a tool call or JSON but could not be read as one")
         return result

@@ -80,7 +80,7 @@ _TEXT_REPLACEMENTS = str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"})
 def read_decision(completion: Completion, toolbox: ToolBox) -> ParsedDecision:
     """Parse, apply lossless normalizations, then validate. `parsed.problems` empty means usable."""
     parsed = parse_decision(
-        completion.text, robots=toolbox.robots, native_calls=completion.native_calls, tools_offered=bool(toolbox.tools)
+        completion.text, robots=toolbox.robots, native_calls=completion.native_calls
     )
     decision = parsed.decision
     if decision is None:
