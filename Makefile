@@ -20,7 +20,7 @@ install: $(BIN)/python
 
 install-test: install
 	$(PIP) install --quiet --require-hashes --no-deps --ignore-requires-python -r requirements/test-magma-core.txt
-	$(PIP) install --quiet -c requirements/lock.txt -e '.[local,gemini,test]'
+	$(PIP) install --quiet -c requirements/lock.txt -e '.[local,gemini,test,otel]'
 
 serve: install
 	$(BIN)/lava serve
@@ -34,5 +34,5 @@ lint: install-test
 
 # Regenerate the pinned closure after changing dependencies in pyproject.toml.
 lock:
-	$(BIN)/pip-compile --quiet --extra local --extra gemini --extra test --no-emit-index-url --no-emit-find-links \
+	$(BIN)/pip-compile --quiet --extra local --extra gemini --extra test --extra otel --no-emit-index-url --no-emit-find-links \
 	    --strip-extras --no-header --annotation-style line -o requirements/lock.txt pyproject.toml

@@ -4,6 +4,7 @@
     413  request body over `max_body_bytes`
     422  malformed request: the body names each failing field (`detail[].loc`)
     401  `auth_token` is set and the request lacks the bearer token (every route but /health)
+    403  /ui from beyond loopback while `ui_allow_remote` is off
     503  not ready yet (model still loading), or `max_pending_requests` already in progress
 
 The request body is parsed once (strict, NaN/Infinity refused) and the answer encoded once
@@ -30,13 +31,17 @@ from pydantic import ValidationError
 
 from . import AGENT_ID, __version__
 from .backends import Backend, create_backend
-from .engine import Engine, EngineLimits
+from .engine import Engine, EngineLimits, Output
 from .errors import InvalidInput, LavaError, Overloaded
+from .logs import request_id_var
 from .metrics import Metrics
 from .policies import Policy, create_policy
 from .protocol import PROTOCOL_VERSION, AgentRequest
 from .security import BearerAuth, Redactor
 from .settings import Settings
+from .telemetry import ObservedBackend, Tracing
+from .traces import TraceBuffer
+from .ui import add_ui_routes
 
 log = logging.getLogger("lava.app")
 
@@ -52,6 +57,8 @@ class Runtime:
     policy: Policy
     engine: Engine
     metrics: Metrics
+    traces: TraceBuffer | None = None  # what /ui shows; never read to decide anything
+    tracing: Tracing | None = None
     load_error: str | None = None
     pending: int = 0
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
@@ -99,19 +106,27 @@ def create_app(
     *,
     backend: Backend | None = None,
     policy: Policy | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
+    """The app. `tracer_provider` (an OpenTelemetry one) turns tracing on whatever `otel_exporter`
+    says, for embedding applications and tests; a given `policy` keeps its own backend, which is
+    then neither timed nor traced."""
     settings = settings or Settings.load()
     backend = backend or create_backend(settings)
-    policy = policy or create_policy(settings, backend)
+    redact = Redactor.from_settings(settings)
+    metrics = Metrics()
+    tracing = Tracing.from_settings(settings.otel_exporter, redact, tracer_provider)
+    policy = policy or create_policy(settings, ObservedBackend(backend, metrics, tracing))
     limits = EngineLimits(
         max_concurrency=settings.max_concurrency,
         deadline_s=settings.request_deadline_s,
         max_candidates=settings.max_candidates,
         max_history_entries=settings.max_history_entries,
     )
-    metrics = Metrics()
-    runtime = Runtime(settings, backend, policy, Engine(policy, limits, metrics), metrics)
-    redact = Redactor.from_settings(settings)
+    traces = None
+    if settings.trace_buffer_size:
+        traces = TraceBuffer(settings.trace_buffer_size, settings.trace_buffer_bytes)
+    runtime = Runtime(settings, backend, policy, Engine(policy, limits, metrics, tracing), metrics, traces, tracing)
 
     async def load() -> None:
         try:
@@ -130,6 +145,8 @@ def create_app(
         finally:
             loading.cancel()
             await backend.close()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)  # flushes spans; may wait on the collector
 
     app = FastAPI(title="lava", version=__version__, lifespan=lifespan)
     app.state.runtime = runtime
@@ -181,12 +198,19 @@ def create_app(
     async def responses(request: Request) -> Response:
         started = time.perf_counter()
         status = 500
+        request_id: str | None = None
+        outputs: list[Output] | None = None
+        span = tracing.start_request(request.headers) if tracing is not None else None
         try:
             body = await read_body(request, settings.max_body_bytes)
             if isinstance(body, Response):
                 status = body.status_code
                 return body
             agent_request = parse_request(body)
+            request_id = agent_request.request_id
+            # Never reset: it lives in this request's own task, where uvicorn also logs the
+            # request's failure after the route has returned.
+            request_id_var.set(request_id)
             if not runtime.ready:
                 status = 503
                 return not_ready()
@@ -204,18 +228,30 @@ def create_app(
                 runtime.pending -= 1
                 metrics.pending.set(runtime.pending)
             status = 200
-            return Response(redact.body(encode_json(outputs)), media_type="application/json")
+            answer = redact.body(encode_json(outputs))
+            elapsed = time.perf_counter() - started
+            if traces is not None:
+                traces.record(agent_request, outputs, received=time.time() - elapsed, duration_s=elapsed,
+                              size=len(body) + len(answer))
+            if log.isEnabledFor(logging.DEBUG):
+                errors = sum(1 for output in outputs if output["status"] == "error")
+                log.debug("answered %d candidates (%d errors) in %.3f s", len(outputs), errors, elapsed)
+            return Response(answer, media_type="application/json")
         except (ValidationError, InvalidInput):
             status = 422
             raise
         finally:
             metrics.requests.labels(str(status)).inc()
             metrics.request_seconds.observe(time.perf_counter() - started)
+            if tracing is not None and span is not None:
+                tracing.end_request(span, status, request_id, outputs)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_route() -> Response:
         content, media_type = metrics.exposition()
         return Response(content, media_type=media_type)
+
+    add_ui_routes(app, traces, allow_remote=settings.ui_allow_remote, redact=redact, encode=encode_json)
 
     return app
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -35,7 +34,8 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
-    from .security import Redactor, install_log_redaction
+    from .logs import configure_logging
+    from .security import Redactor
 
     settings = Settings.load(
         args.config,
@@ -51,10 +51,9 @@ def serve(args: argparse.Namespace) -> int:
         embedded_model=args.embedded_model,
         log_level=args.log_level,
     )
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    install_log_redaction(Redactor.from_settings(settings))
+    configure_logging(settings.log_level, settings.log_format, Redactor.from_settings(settings))
     app = create_app(settings)
-    # log_config=None: uvicorn's records go to the root handler above, redaction included.
+    # log_config=None: uvicorn's records go to the root handler above: ids stamped, secrets masked.
     # On SIGTERM uvicorn stops accepting, lets in-flight requests finish (up to the grace), then exits.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
                 log_config=None, timeout_graceful_shutdown=settings.shutdown_grace_s)

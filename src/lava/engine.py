@@ -16,15 +16,19 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .deadlines import set_deadline
 from .errors import CandidateError, DeadlineExceeded, InvalidInput, InvalidOutput
+from .logs import source_id_var
 from .memory import clone_json
 from .metrics import Metrics
 from .policies import CandidateResult, Policy
 from .protocol import AgentRequest
 from .situation import Situation
+
+if TYPE_CHECKING:
+    from .telemetry import Tracing
 
 log = logging.getLogger("lava.engine")
 
@@ -66,10 +70,12 @@ def read_situations(request: AgentRequest, limits: EngineLimits) -> list[Situati
 
 
 class Engine:
-    def __init__(self, policy: Policy, limits: EngineLimits | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(self, policy: Policy, limits: EngineLimits | None = None, metrics: Metrics | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.policy = policy
         self.limits = limits or EngineLimits()
         self.metrics = metrics
+        self.tracing = tracing
         self._slots = asyncio.Semaphore(self.limits.max_concurrency)
 
     async def respond(self, request: AgentRequest) -> list[Output]:
@@ -78,30 +84,37 @@ class Engine:
             return []
         # asyncio's clock is time.monotonic(), which the deadline context variable also uses.
         deadline = asyncio.get_running_loop().time() + self.limits.deadline_s
-        answers = await asyncio.gather(*(self._answer(s, deadline) for s in situations))
-        outputs: list[Output] = []
-        for situation, results in zip(situations, answers, strict=True):
-            outputs.extend(
-                self._output(request.request_id, situation, index, result) for index, result in enumerate(results)
-            )
+        answers = await asyncio.gather(*(self._answer(request.request_id, s, deadline) for s in situations))
+        outputs = [output for answer in answers for output in answer]
         if self.metrics is not None:
             for output in outputs:
                 self.metrics.observe_candidate(output)
         return outputs
 
-    async def _answer(self, situation: Situation, deadline: float) -> Sequence[CandidateResult]:
+    async def _answer(self, request_id: str, situation: Situation, deadline: float) -> list[Output]:
         n = situation.n
         memories = [clone_json(situation.input.memory) for _ in range(n)]
         started = time.perf_counter()
-        set_deadline(deadline)  # this task's own context: backends size their timeouts from it
+        # This task's own context: backends size their timeouts from the deadline, and every
+        # record logged while deciding this input names it.
+        set_deadline(deadline)
+        source_id_var.set(situation.input.id)
+        tracing = self.tracing
+        span = tracing.start_decision(request_id, situation, self.policy.name) if tracing is not None else None
         if self.metrics is not None:
             self.metrics.in_flight.inc()
+        outputs: list[Output] = []
         try:
-            return await self._decide(situation, deadline, memories)
+            results = await self._decide(situation, deadline, memories)
+            # Built here rather than by the caller so the decision's span ends with final statuses.
+            outputs = [self._output(request_id, situation, index, result) for index, result in enumerate(results)]
+            return outputs
         finally:
             if self.metrics is not None:
                 self.metrics.in_flight.dec()
                 self.metrics.decision_seconds.observe(time.perf_counter() - started)
+            if tracing is not None and span is not None:
+                tracing.end_decision(span, outputs)
 
     async def _decide(self, situation: Situation, deadline: float, memories: list[dict[str, Any]]
                       ) -> Sequence[CandidateResult]:

@@ -27,6 +27,10 @@ class Metrics:
                                    ["component"], registry=r)
         self.model_seconds = Histogram("lava_model_call_seconds", "Duration of one model call",
                                        buckets=LATENCY_BUCKETS, registry=r)
+        # Measured at lava's side of the seam, so it includes retries, queueing and the network,
+        # and counts a call shared by n candidates once (model_call_seconds sees n steps).
+        self.backend_seconds = Histogram("lava_backend_call_seconds", "Time lava waited for one backend call",
+                                         ["backend"], buckets=LATENCY_BUCKETS, registry=r)
         self.tokens = Counter("lava_tokens_total", "Model tokens, by kind (input, output, cached)", ["kind"],
                               registry=r)
         self.repairs = Counter("lava_parse_repairs_total", "Model answers that needed a repair call", registry=r)

@@ -88,6 +88,8 @@ class RedactingFilter(logging.Filter):
             record.msg, record.args = self.redact(message), None
             if record.exc_text:
                 record.exc_text = self.redact(record.exc_text)
+            if record.stack_info:
+                record.stack_info = self.redact(record.stack_info)
         return True
 
 

@@ -49,6 +49,24 @@ class Settings(BaseSettings):
         330.0, ge=0, description="On SIGTERM, how long in-flight requests may still finish."
     )
 
+    # -- observability
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text for people or as JSON objects (one a line) for log pipelines."
+    )
+    trace_buffer_size: int = Field(
+        200, ge=0, description="Recent requests kept in memory for the /ui trace page; 0 records none."
+    )
+    trace_buffer_bytes: int = Field(
+        64 * 1024 * 1024, gt=0,
+        description="Request and answer bytes the /ui buffer may hold; the oldest requests go first.",
+    )
+    ui_allow_remote: bool = Field(
+        False, description="Serve /ui beyond loopback (it shows prompts and memories: mind who can reach it)."
+    )
+    otel_exporter: Literal["none", "console", "otlp"] = Field(
+        "none", description="OpenTelemetry traces: off, printed, or sent over OTLP/HTTP (OTEL_EXPORTER_OTLP_* env)."
+    )
+
     # -- decision making
     backend: BackendName = Field("local", description="Which model decides: local, openai, gemini, scripted.")
     policy: str = Field("full_history", description="How the agent thinks (see lava.policies).")
