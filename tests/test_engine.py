@@ -76,6 +76,15 @@ def test_an_input_without_tools_can_still_be_answered_in_text() -> None:
     assert out["output"] == {"say": "Understood.", "tool_calls": []}
 
 
+def test_a_model_call_is_timed_even_when_the_backend_does_not_time_itself() -> None:
+    async def slow(req):
+        await asyncio.sleep(0.05)
+        return [PRESS.format("sw1")]
+
+    (out,) = run(engine_for(FunctionBackend(slow)), request(user_input()))
+    assert out["internal_steps"][0]["duration_s"] >= 0.05
+
+
 def test_memory_history_uses_reference_schema() -> None:
     backend = FunctionBackend(lambda req: [PRESS.format("sw1")])
     (out,) = run(engine_for(backend), request(user_input("Please press sw1")))

@@ -38,7 +38,7 @@ MAX_ERROR_MESSAGE = 2000
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    max_concurrency: int = 8
+    max_concurrency: int = 16
     deadline_s: float = 300.0
     max_candidates: int = 1024
     max_history_entries: int = 20_000

@@ -31,7 +31,9 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
     max_candidates: int = Field(1024, gt=0, description="Cap on sum of num_outputs per request (422 above).")
-    max_concurrency: int = Field(8, gt=0, description="Inputs decided at the same time within a request.")
+    max_concurrency: int = Field(
+        16, gt=0, description="Inputs decided at the same time (across requests); a GEN batch has up to 10."
+    )
     request_deadline_s: float = Field(
         300.0, gt=0, description="Every candidate is answered within this; below the consumers' 360 s."
     )

@@ -257,8 +257,8 @@ async def _decide_batch(settings: Settings, backend: Any, request: dict[str, Any
     from ..engine import Engine, EngineLimits
     from ..policies import create_policy
 
-    # One input at a time would hide the batching being measured: let every input in at once.
-    limits = EngineLimits(max_concurrency=len(request["inputs"]), deadline_s=3600)
+    # The server's own concurrency, so the figure is what `lava serve` does; no deadline cuts the naive run short.
+    limits = EngineLimits(max_concurrency=settings.max_concurrency, deadline_s=3600)
     engine = Engine(create_policy(settings, backend), limits)
     parsed = AgentRequest.model_validate(request)
     backend._engine.forget()  # both strategies start from an empty cache

@@ -68,10 +68,15 @@ class Commander:
         request = self.request(situation, messages, n, schema)
         if seed_offset and request.seed is not None:
             request = replace(request, seed=request.seed + seed_offset)
+        started = time.perf_counter()
         completions = await self.backend.generate(request)
         if len(completions) != n:
             raise InvalidOutput(f"the backend returned {len(completions)} answers for {n} candidates",
                                 component=self.component)
+        took = time.perf_counter() - started
+        # Backends that do not time themselves (scripted, remote ones without server timings)
+        # still get the call's wall time, so traces and the model-call histogram never read 0 s.
+        completions = [c if c.duration_s else replace(c, duration_s=took) for c in completions]
         return list(await asyncio.gather(*(
             self._finish(situation, request, completion, k, input_elements, first_step)
             for k, completion in enumerate(completions)
