@@ -47,6 +47,12 @@ log = logging.getLogger("lava.app")
 
 MAX_ECHOED_INPUT = 120
 
+# The request body is read by hand (one strict parse), so FastAPI cannot document it: the wire
+# model's schema goes in explicitly, its definitions under components/schemas where OpenAPI
+# tools (schemathesis, client generators) resolve `$ref`s.
+REQUEST_SCHEMA = AgentRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+REQUEST_DEFINITIONS = REQUEST_SCHEMA.pop("$defs", {})
+
 
 @dataclass
 class Runtime:
@@ -191,7 +197,7 @@ def create_app(
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": AgentRequest.model_json_schema()}},
+                "content": {"application/json": {"schema": REQUEST_SCHEMA}},
             }
         },
     )
@@ -245,6 +251,16 @@ def create_app(
             metrics.request_seconds.observe(time.perf_counter() - started)
             if tracing is not None and span is not None:
                 tracing.end_request(span, status, request_id, outputs)
+
+    document_without_wire_models = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = document_without_wire_models()
+            document.setdefault("components", {}).setdefault("schemas", {}).update(REQUEST_DEFINITIONS)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_route() -> Response:
