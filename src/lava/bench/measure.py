@@ -156,14 +156,13 @@ def token_counter(settings: Settings) -> tuple[Callable[[str], int], str]:
     """Count with the embedded model's own tokenizer when it is installed, else estimate."""
     try:
         import llama_cpp
-        from llama_cpp._logger import set_verbose
+        from llama_cpp._utils import suppress_stdout_stderr
 
         from ..backends.local import resolve_model_path
 
-        set_verbose(False)  # llama.cpp's load chatter
-
         path = resolve_model_path(settings.model_path, settings.embedded_model, settings.cache_dir)
-        vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        with suppress_stdout_stderr(disable=False):  # llama.cpp's load chatter goes to the C-level stderr
+            vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
         return (lambda text: len(vocab.tokenize(text.encode(), add_bos=False, special=True))), path.name
     except Exception:  # no local extra: a documented estimate, labelled as such
         return (lambda text: (len(text) + 3) // 4), "estimate (characters / 4)"
