@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-import httpx2 as httpx
 import uvicorn
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from lava import processes
+from lava.processes import free_port
 
 
 @contextlib.contextmanager
@@ -42,15 +36,8 @@ def uvicorn_thread(app) -> Iterator[str]:
 
 
 def wait_ready(url: str, process: subprocess.Popen | None = None, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout} s")
+    """Until `url`/health answers 200."""
+    processes.wait_ready(f"{url}/health", process, timeout)
 
 
 @contextlib.contextmanager
@@ -58,21 +45,10 @@ def lava_process(*args: str, port: int | None = None, env: dict | None = None,
                  log: Path | None = None, timeout: float = 120) -> Iterator[str]:
     """`lava serve ARGS` as a real process; yields its base URL once /health says ready."""
     port = port or free_port()
-    command = [sys.executable, "-m", "lava.cli", "serve", "--port", str(port), *args]
-    out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
-    process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, process, timeout)
+    with processes.serving(processes.lava_serve_command(port, *args), f"{url}/health", log=log, timeout=timeout,
+                           env={**os.environ, **(env or {})}):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        if log:
-            out.close()
 
 
 class FaultyModelServer:

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import httpx2 as httpx
 import orjson
 
+from ..processes import free_port, serving
 from ..protocol import AgentRequest
 from ..settings import Settings
 from .workload import gen_batch, small_requests
@@ -36,39 +36,17 @@ JSON = {"content-type": "application/json"}
 
 # -- processes --------------------------------------------------------------------------------
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+LOGS = Path(tempfile.gettempdir()) / "lava-bench"
 
 
 @contextlib.contextmanager
-def serving(module_args: list[str], port: int, ready_path: str = "/health", timeout_s: float = 120
-            ) -> Iterator[tuple[str, int]]:
-    """`python -m MODULE_ARGS` on 127.0.0.1:port; yields (url, pid) once `ready_path` answers 200."""
-    process = subprocess.Popen([sys.executable, "-m", *module_args], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+def server(module_args: list[str], port: int) -> Iterator[tuple[str, int]]:
+    """`python -m MODULE_ARGS` serving on 127.0.0.1:port; yields (url, pid) once it is ready."""
+    LOGS.mkdir(exist_ok=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{' '.join(module_args)} exited: {process.stderr.read().decode()[-2000:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(url + ready_path, timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{' '.join(module_args)} not ready after {timeout_s} s")
-            time.sleep(0.1)
+    with serving([sys.executable, "-m", *module_args], f"{url}/health", log=LOGS / f"{module_args[0]}-{port}.log"
+                 ) as process:
         yield url, process.pid
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def lava_scripted(port: int) -> list[str]:
@@ -103,7 +81,7 @@ def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20) -> dict[st
     body = orjson.dumps(request)
     expected = sum(entry["num_outputs"] for entry in request["inputs"])
     lava_port, floor_port = free_port(), free_port()
-    with serving(lava_scripted(lava_port), lava_port) as (lava_url, _), httpx.Client(timeout=60) as client:
+    with server(lava_scripted(lava_port), lava_port) as (lava_url, _), httpx.Client(timeout=60) as client:
         _, answer = _timed_post(client, lava_url, body)
         outputs = answer.json()
         statuses = [o["status"] for o in outputs]
@@ -112,7 +90,7 @@ def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20) -> dict[st
         with tempfile.NamedTemporaryFile(suffix=".json") as answer_file:
             answer_file.write(answer.content)
             answer_file.flush()
-            floor_server = serving(["lava.bench.floor", str(floor_port), answer_file.name], floor_port)
+            floor_server = server(["lava.bench.floor", str(floor_port), answer_file.name], floor_port)
             with floor_server as (floor_url, _):
                 lava_s: list[float] = []
                 floor_s: list[float] = []
@@ -137,7 +115,7 @@ def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20) -> dict[st
 def rss_growth(fixtures: Path, *, requests: int, warmup: int = 500) -> dict[str, Any]:
     bodies = [orjson.dumps(request) for request in small_requests(fixtures)]
     port = free_port()
-    with serving(lava_scripted(port), port) as (url, pid), httpx.Client(timeout=60) as client:
+    with server(lava_scripted(port), port) as (url, pid), httpx.Client(timeout=60) as client:
         for index in range(warmup):
             _timed_post(client, url, bodies[index % len(bodies)])
         before = rss_bytes(pid)

@@ -20,17 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..processes import free_port
 
 LOCAL_BENCHMARK = Path(__file__).with_name("local_benchmark.py")
 COMPILE_SUITE = Path(__file__).with_name("compile_suite.py")
 DEFAULT_ENV_FILE = Path("/tmp/magma-e2e/env.sh")
 _MAGMA_VARIABLES = ("MAGMA_VENV", "VK_ICD_FILENAMES", "LD_LIBRARY_PATH")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -203,4 +198,4 @@ class BenchResult:
         return counts
 
 
-__all__ = ["BenchResult", "Episode", "MagmaEnvironment", "free_port"]
+__all__ = ["BenchResult", "Episode", "MagmaEnvironment"]

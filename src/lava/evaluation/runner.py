@@ -11,9 +11,7 @@ import contextlib
 import json
 import re
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +19,8 @@ from typing import Any, TextIO
 
 import httpx2 as httpx
 
-from .consumer import BenchResult, MagmaEnvironment, free_port
+from ..processes import free_port, lava_serve_command, serving
+from .consumer import BenchResult, MagmaEnvironment
 from .suite import SuiteEntry, by_scenario
 
 STATUSES = ("success", "invalid_format", "textual_hallucination", "non_requested_action", "non_physical_exceeded",
@@ -118,28 +117,10 @@ def running_agent(config: AgentConfig, log: Path, timeout: float = 300) -> Itera
         yield config.url.rstrip("/")
         return
     port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "lava.cli", "serve", "--port", str(port),
-                                    *config.serve_args], stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"lava serve {' '.join(config.serve_args)} exited; see {log}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"lava serve was not ready after {timeout} s; see {log}")
-            time.sleep(0.5)
+    with serving(lava_serve_command(port, *config.serve_args), f"{url}/health", log=log, timeout=timeout,
+                 stop_timeout=20):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def compile_suite(magma: MagmaEnvironment, entries: Sequence[SuiteEntry], out: Path) -> dict[str, str | None]:
