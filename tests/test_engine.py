@@ -233,3 +233,31 @@ def test_memory_list_and_unknown_keys_survive_every_candidate(rules, extra, n, f
         for key, value in extra.items():
             assert out["memory"][key] == value
         assert out["status"] == ("error" if fail else "completed")
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@given(value=JSON_VALUES)
+def test_json_copies_are_equal_independent_and_exact(value) -> None:
+    from lava.memory import json_copies
+
+    first, second = json_copies({"memory": value}, 2)
+    assert first == second == {"memory": value}
+    assert repr(first) == repr({"memory": value})  # ints stay ints, floats keep every digit and -0.0
+    first["memory"] = "changed"
+    assert second == {"memory": value}
+
+
+def test_json_copies_of_values_orjson_refuses() -> None:
+    from lava.memory import json_copies
+
+    value = {"big": 2**80, "surrogate": "\ud800", "nested": [{"x": 1}]}
+    first, second = json_copies(value, 2)
+    assert first == second == value
+    first["nested"][0]["x"] = 2
+    assert second["nested"][0]["x"] == 1 and value["nested"][0]["x"] == 1

@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from conftest import user_input
 from lava.app import create_app
 from lava.backends.scripted import FunctionBackend
-from lava.protocol import AgentRequest
 from lava.settings import Settings
 from lava.traces import TraceBuffer, memory_diff
 from servers import uvicorn_thread
@@ -109,22 +108,24 @@ def test_memory_diff_reads_objects_by_key_and_lists_by_position() -> None:
 
 
 def test_the_buffer_keeps_the_newest_requests_within_its_count_and_bytes() -> None:
-    def request(i: int) -> AgentRequest:
-        return AgentRequest.model_validate(body(user_input(), request_id=f"r{i}"))
+    def request(i: int) -> bytes:
+        return json.dumps(body(user_input(), request_id=f"r{i}")).encode()
 
-    def output(i: int) -> dict[str, Any]:
-        return {"request_id": f"r{i}", "source_id": 0, "candidate_index": 0, "status": "completed", "memory": {},
-                "internal_steps": [], "output": {"say": "ok", "tool_calls": []}, "error": None}
+    def answer(i: int) -> bytes:
+        return json.dumps([{"request_id": f"r{i}", "source_id": 0, "candidate_index": 0, "status": "completed",
+                            "memory": {}, "internal_steps": [], "output": {"say": "ok", "tool_calls": []},
+                            "error": None}]).encode()
 
+    size = len(request(0)) + len(answer(0))
     by_count = TraceBuffer(capacity=3, max_bytes=10**9)
-    by_bytes = TraceBuffer(capacity=100, max_bytes=2500)
+    by_bytes = TraceBuffer(capacity=100, max_bytes=int(2.5 * size))
     for i in range(6):
-        by_count.record(request(i), [output(i)], received=0.0, duration_s=0.0, size=1000)
-        by_bytes.record(request(i), [output(i)], received=0.0, duration_s=0.0, size=1000)
+        by_count.record(request(i), answer(i), received=0.0, duration_s=0.0)
+        by_bytes.record(request(i), answer(i), received=0.0, duration_s=0.0)
     assert [row["request_id"] for row in by_count.summaries()["exchanges"]] == ["r5", "r4", "r3"]
     assert [row["request_id"] for row in by_bytes.summaries()["exchanges"]] == ["r5", "r4"]
     huge = TraceBuffer(capacity=100, max_bytes=10)
-    huge.record(request(7), [output(7)], received=0.0, duration_s=0.0, size=10**6)
+    huge.record(request(7), answer(7), received=0.0, duration_s=0.0)
     assert len(huge) == 1  # the newest request is always kept, however large
 
 

@@ -237,8 +237,7 @@ def create_app(
             answer = redact.body(encode_json(outputs))
             elapsed = time.perf_counter() - started
             if traces is not None:
-                traces.record(agent_request, outputs, received=time.time() - elapsed, duration_s=elapsed,
-                              size=len(body) + len(answer))
+                traces.record(body, answer, received=time.time() - elapsed, duration_s=elapsed)
             if log.isEnabledFor(logging.DEBUG):
                 errors = sum(1 for output in outputs if output["status"] == "error")
                 log.debug("answered %d candidates (%d errors) in %.3f s", len(outputs), errors, elapsed)

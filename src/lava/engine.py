@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .deadlines import set_deadline
 from .errors import CandidateError, DeadlineExceeded, InvalidInput, InvalidOutput
 from .logs import source_id_var
-from .memory import clone_json
+from .memory import json_copies
 from .metrics import Metrics
 from .policies import CandidateResult, Policy
 from .protocol import AgentRequest
@@ -93,7 +93,7 @@ class Engine:
 
     async def _answer(self, request_id: str, situation: Situation, deadline: float) -> list[Output]:
         n = situation.n
-        memories = [clone_json(situation.input.memory) for _ in range(n)]
+        memories = json_copies(situation.input.memory, n)
         started = time.perf_counter()
         # This task's own context: backends size their timeouts from the deadline, and every
         # record logged while deciding this input names it.

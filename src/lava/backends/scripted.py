@@ -118,6 +118,13 @@ class ScriptedBackend(Backend):
             return _entry_text(entry)
         return render_decision(rule_decision(situation))
 
+    def _varies(self, request: GenerationRequest) -> bool:
+        """Whether candidates may answer differently: only a script entry listing answers does that."""
+        situation = request.situation
+        return (self.script is not None and situation is not None
+                and situation.memory.model_turns < len(self.script)
+                and isinstance(self.script[situation.memory.model_turns], list))
+
     async def generate(self, request: GenerationRequest) -> list[Completion]:
         self.requests.append(request)
         if len(self.requests) > 2 * KEPT_REQUESTS:
@@ -127,7 +134,8 @@ class ScriptedBackend(Backend):
         prompt_chars = sum(len(m.content) for m in request.messages)
         completions = []
         for k in range(request.n):
-            text = self._answer(request, k)
+            # The rule ignores the candidate index: decide once, answer every candidate alike.
+            text = self._answer(request, k) if k == 0 or self._varies(request) else completions[0].text
             usage = Usage(input_tokens=prompt_chars // 4, output_tokens=len(text) // 4, requests=1 if k == 0 else 0)
             completions.append(Completion(text=text, finish_reason="stop", usage=usage))
         return completions
