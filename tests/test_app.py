@@ -26,7 +26,7 @@ def test_health_and_info(make_client) -> None:
     info = client.get("/v1/info").json()
     assert info["protocol_version"] == "2.0"
     assert info["agent_id"] == "lava" and info["agent_version"] == __version__
-    assert info["capabilities"] == {"inference": True, "coaching": False}
+    assert info["capabilities"] == {"inference": True, "coaching": True}
     assert "coaching_session_version" not in info
 
 

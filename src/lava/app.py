@@ -31,6 +31,8 @@ from pydantic import ValidationError
 
 from . import AGENT_ID, __version__
 from .backends import Backend, create_backend
+from .coaching.routes import COACHING_DEFINITIONS, coaching_info, coaching_router
+from .coaching.service import CoachingService
 from .engine import Engine, EngineLimits, Output
 from .errors import InvalidInput, LavaError, Overloaded
 from .logs import request_id_var
@@ -75,14 +77,13 @@ class Runtime:
 
 
 def info_document(runtime: Runtime) -> dict[str, Any]:
+    coaching = coaching_info(runtime.policy, routes_mounted=True)
     return {
         "protocol_version": PROTOCOL_VERSION,
         "agent_id": AGENT_ID,
         "agent_version": __version__,
-        "specialized_coaching": [],
-        "coaching_resume": False,
-        "coaching_unavailable_reason": "coaching is not enabled on this server",
-        "capabilities": {"inference": True, "coaching": False},
+        **coaching,
+        "capabilities": {"inference": True, "coaching": bool(coaching["specialized_coaching"])},
     }
 
 
@@ -256,7 +257,8 @@ def create_app(
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = document_without_wire_models()
-            document.setdefault("components", {}).setdefault("schemas", {}).update(REQUEST_DEFINITIONS)
+            document.setdefault("components", {}).setdefault("schemas", {}).update(
+                {**REQUEST_DEFINITIONS, **COACHING_DEFINITIONS})
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -266,6 +268,10 @@ def create_app(
         content, media_type = metrics.exposition()
         return Response(content, media_type=media_type)
 
+    app.include_router(coaching_router(
+        service=CoachingService(max_tokens=settings.max_tokens, seed=settings.seed),
+        max_body_bytes=settings.max_body_bytes, deadline_s=settings.request_deadline_s,
+    ))
     add_ui_routes(app, traces, allow_remote=settings.ui_allow_remote, redact=redact, encode=encode_json)
 
     return app

@@ -338,6 +338,27 @@ class MagmaPolicy(Policy):
             results.append(self.result(situation, state, decision, steps, memory, usage=proposal.usage))
         return results
 
+    # -- coaching (lava.coaching.reinjection): a corrected decision lands in the task state too --
+
+    def coaching_messages(self, situation: Situation) -> list[Message]:
+        state = self.turn_state(situation, intent="act")
+        return self.messages(situation, state, "Give the next tool call.", [])
+
+    def record_decision(self, situation: Situation, decision: AgentDecision, memory: dict[str, Any]
+                        ) -> dict[str, Any]:
+        state = self.turn_state(situation, intent="act" if decision.tool_calls else "answer")
+        return self.result(situation, state, decision, [], memory).memory
+
+    @staticmethod
+    def turn_state(situation: Situation, *, intent: Intent) -> TaskState:
+        """The task state after this input, as `decide` builds it, without asking the model."""
+        state = TaskState.load(situation.memory.private)
+        if situation.instruction.type == "user":
+            state.start(intent, situation.instruction.content)
+        elif situation.feedback is not None:
+            state.observe(situation.feedback, situation.toolbox)
+        return state
+
     def result(self, situation: Situation, state: TaskState, decision: AgentDecision,
                steps: list[dict[str, Any]], memory: dict[str, Any], usage: Any = None) -> CandidateResult:
         own = TaskState.load({"task": state.dump()})  # every candidate continues from its own copy
