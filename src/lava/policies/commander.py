@@ -77,14 +77,26 @@ class Commander:
         # Backends that do not time themselves (scripted, remote ones without server timings)
         # still get the call's wall time, so traces and the model-call histogram never read 0 s.
         completions = [c if c.duration_s else replace(c, duration_s=took) for c in completions]
-        return list(await asyncio.gather(*(
-            self._finish(situation, request, completion, k, input_elements, first_step)
-            for k, completion in enumerate(completions)
-        )))
+        proposals: list[Proposal | None] = []
+        repairs = []
+        for k, completion in enumerate(completions):
+            parsed = read_decision(completion, situation.toolbox)
+            if parsed.ok and parsed.decision is not None:
+                step = model_step(first_step, request, completion, input_elements=input_elements, parsed=parsed)
+                proposals.append(Proposal(parsed.decision, [step], completion.usage, None, completion.text))
+            else:  # only answers that need a repair call wait on the model again
+                proposals.append(None)
+                repairs.append((k, self._finish(situation, request, completion, parsed, k, input_elements,
+                                                first_step)))
+        if repairs:
+            repaired = await asyncio.gather(*(repair for _, repair in repairs))
+            for (k, _), proposal in zip(repairs, repaired, strict=True):
+                proposals[k] = proposal
+        return [proposal for proposal in proposals if proposal is not None]
 
     async def _finish(self, situation: Situation, request: GenerationRequest, completion: Completion,
-                      candidate: int, elements: dict[str, Any], first_step: int) -> Proposal:
-        parsed = read_decision(completion, situation.toolbox)
+                      parsed: ParsedDecision, candidate: int, elements: dict[str, Any], first_step: int
+                      ) -> Proposal:
         steps = [model_step(first_step, request, completion, input_elements=elements, parsed=parsed)]
         usage = completion.usage
         for attempt in range(self.settings.repair_attempts):
