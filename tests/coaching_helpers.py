@@ -4,19 +4,14 @@ magma_core 2.0.1 models (as MAGMA-GEN builds them), and a real llama.cpp server 
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-import httpx2 as httpx
 from magma_core.protocol import agent_coaching as core
 
 from conftest import user_input
-from servers import free_port
+from servers import llama_cpp_server
 
 TARGET_STEP = 7
 PRESS = user_input("Please press sw1 then sw3")
@@ -72,33 +67,6 @@ def reinjected(point_input: dict[str, Any], extra_keys: dict[str, Any]) -> dict[
     return {"request_id": uuid4().hex, "inputs": [entry]}
 
 
-@contextlib.contextmanager
-def llama_server(log: Path, *, ready_timeout: float = 180) -> Iterator[str]:
-    """`python -m llama_cpp.server` with the embedded GGUF on 127.0.0.1; yields its base URL (no /v1)."""
-    from lava.backends.weights import QWEN_CODER_05B, materialize
-    from lava.settings import Settings
-
-    model = materialize(QWEN_CODER_05B, Settings().cache_dir)
-    port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "8192", "--model_alias", "coach"],
-            stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama.cpp server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+def llama_server(log: Path) -> contextlib.AbstractContextManager[str]:
+    """The coaching backend GEN would name: llama.cpp server serving the embedded model as "coach"."""
+    return llama_cpp_server(log, alias="coach")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,3 +88,19 @@ def user_input(content: str = "Please press sw1", *, id: int = 0, n: int = 1, **
     }
     entry.update(fields)
     return entry
+
+
+@pytest.fixture(scope="session")
+def magma():
+    """The real MAGMA consumers (../shared/magma/setup-magma-consumer.sh; `.ci/run` makes them).
+    Without them a test is skipped locally, and fails when LAVA_REQUIRE_MAGMA=1 (as in CI)."""
+    from lava.errors import ConfigError
+    from lava.evaluation.consumer import MagmaEnvironment
+
+    env_file = os.environ.get("LAVA_MAGMA_ENV")
+    try:
+        return MagmaEnvironment.discover(Path(env_file) if env_file else None)
+    except ConfigError as exc:
+        if os.environ.get("LAVA_REQUIRE_MAGMA") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +49,22 @@ def lava_process(*args: str, port: int | None = None, env: dict | None = None,
     url = f"http://127.0.0.1:{port}"
     with processes.serving(processes.lava_serve_command(port, *args), f"{url}/health", log=log, timeout=timeout,
                            env={**os.environ, **(env or {})}):
+        yield url
+
+
+@contextlib.contextmanager
+def llama_cpp_server(log: Path, *, alias: str | None = None, timeout: float = 180) -> Iterator[str]:
+    """`python -m llama_cpp.server` on the embedded GGUF at 127.0.0.1; yields its base URL (no /v1).
+    The real OpenAI-compatible server that stands in for vLLM, Ollama and GEN's coaching backends."""
+    from lava.backends.weights import QWEN_CODER_05B, materialize
+    from lava.settings import Settings
+
+    model = materialize(QWEN_CODER_05B, Settings().cache_dir)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+               "--port", str(port), "--n_ctx", "8192", *(["--model_alias", alias] if alias else [])]
+    with processes.serving(command, f"{url}/v1/models", log=log, timeout=timeout, stop_timeout=20):
         yield url
 
 

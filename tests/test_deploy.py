@@ -37,7 +37,7 @@ from lava.backends.weights import QWEN_CODER_05B, SplitModel, materialize
 from lava.errors import ConfigError
 from lava.settings import Settings
 from magma_contract import check_response
-from servers import free_port, lava_process, wait_ready
+from servers import free_port, lava_process, llama_cpp_server, wait_ready
 
 DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
@@ -608,26 +608,8 @@ def test_kubernetes_deployment_service_and_config() -> None:
 def model_server(tmp_path_factory) -> Iterator[str]:
     """llama.cpp's OpenAI-compatible server on the embedded model, in vLLM's place."""
     pytest.importorskip("llama_cpp.server.app")
-    model = materialize(QWEN_CODER_05B, Settings().cache_dir)
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "8192"], stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.3)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(20)
+    with llama_cpp_server(tmp_path_factory.mktemp("llama") / "server.log") as url:
+        yield f"{url}/v1"
 
 
 @dataclass

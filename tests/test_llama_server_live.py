@@ -4,50 +4,28 @@ on 127.0.0.1 serving the same verified GGUF the embedded backend uses."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
 
 from conftest import fixture_requests, user_input
 from lava.backends.openai_compat import OpenAICompatBackend
-from lava.backends.weights import QWEN_CODER_05B, materialize
 from lava.engine import Engine
 from lava.policies.full_history import FullHistoryPolicy
 from lava.protocol import AgentRequest
 from lava.settings import Settings
 from magma_contract import check_response
-from servers import free_port, lava_process
+from servers import lava_process, llama_cpp_server
 
 pytestmark = pytest.mark.model
 pytest.importorskip("llama_cpp.server.app")
 
 
 @pytest.fixture(scope="module")
-def llama_server(tmp_path_factory) -> str:
-    model = materialize(QWEN_CODER_05B, Settings().cache_dir)
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "8192"], stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, Path(log).read_text()[-2000:]
-        time.sleep(0.3)
-    yield url
-    process.terminate()
-    process.wait(20)
+def llama_server(tmp_path_factory) -> Iterator[str]:
+    with llama_cpp_server(tmp_path_factory.mktemp("llama") / "server.log") as url:
+        yield f"{url}/v1"
 
 
 def test_generic_profile_falls_back_for_real_and_answers_validly(llama_server: str) -> None:

@@ -6,27 +6,14 @@ Without it the test is skipped locally, and fails when LAVA_REQUIRE_MAGMA=1 (as 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from lava.errors import ConfigError
 from lava.evaluation.consumer import MagmaEnvironment
 from servers import lava_process
 
 pytestmark = pytest.mark.magma
-
-
-@pytest.fixture(scope="session")
-def magma() -> MagmaEnvironment:
-    env_file = os.environ.get("LAVA_MAGMA_ENV")
-    try:
-        return MagmaEnvironment.discover(Path(env_file) if env_file else None)
-    except ConfigError as exc:
-        if os.environ.get("LAVA_REQUIRE_MAGMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
 
 
 PRESETS = [

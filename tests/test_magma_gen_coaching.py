@@ -14,7 +14,6 @@ Without the environment the test is skipped, and fails when LAVA_REQUIRE_MAGMA=1
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import pytest
 
 from coaching_helpers import llama_server
 from conftest import ROOT
-from lava.errors import ConfigError
 from lava.evaluation.consumer import MagmaEnvironment
 from servers import lava_process
 
@@ -35,17 +33,6 @@ SCRIPT = [{"tool_calls": [{"robot": "panda", "name": "press_button", "arguments"
 # GEN waits for every launched node; one it never schedules would hold the run for 600 s (see the
 # report on GEN's executor queue), so idle runs end sooner. GEN still writes its graph then.
 STALL_TIMEOUT_S = "60"
-
-
-@pytest.fixture(scope="module")
-def magma() -> MagmaEnvironment:
-    env_file = os.environ.get("LAVA_MAGMA_ENV")
-    try:
-        return MagmaEnvironment.discover(Path(env_file) if env_file else None)
-    except ConfigError as exc:
-        if os.environ.get("LAVA_REQUIRE_MAGMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
 
 
 def installed_exporter(magma: MagmaEnvironment) -> dict | None:
