@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from . import AGENT_ID, __version__
 from .backends import Backend, create_backend
+from .bodies import openapi_schema, parse_body, read_body
 from .coaching.routes import COACHING_DEFINITIONS, coaching_info, coaching_router
 from .coaching.service import CoachingService
 from .engine import Engine, EngineLimits, Output
@@ -49,11 +49,9 @@ log = logging.getLogger("lava.app")
 
 MAX_ECHOED_INPUT = 120
 
-# The request body is read by hand (one strict parse), so FastAPI cannot document it: the wire
-# model's schema goes in explicitly, its definitions under components/schemas where OpenAPI
-# tools (schemathesis, client generators) resolve `$ref`s.
-REQUEST_SCHEMA = AgentRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-REQUEST_DEFINITIONS = REQUEST_SCHEMA.pop("$defs", {})
+# The request body is read by hand (lava.bodies), so FastAPI cannot document it: the wire model's
+# schema goes in explicitly, its definitions under components/schemas.
+REQUEST_SCHEMA, REQUEST_DEFINITIONS = openapi_schema(AgentRequest)
 
 
 @dataclass
@@ -278,14 +276,7 @@ def create_app(
 
 
 def parse_request(body: bytes) -> AgentRequest:
-    """Bytes -> request. Python-mode validation after parsing, because pydantic's JSON mode lets
-    NaN and Infinity into free-form JSON fields (memory) while magma_core's consumers refuse them;
-    this way they are refused too, with the field's location."""
-    try:
-        data = pydantic_core.from_json(body)
-    except ValueError as exc:
-        raise InvalidInput((), f"the body is not valid JSON: {exc}") from None
-    return AgentRequest.model_validate(data)
+    return parse_body(body, AgentRequest)
 
 
 def encode_json(value: Any) -> bytes:
@@ -294,28 +285,6 @@ def encode_json(value: Any) -> bytes:
     except orjson.JSONEncodeError:
         # Integers beyond 64 bits are valid JSON that orjson refuses; the stdlib writes them.
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-
-
-async def read_body(request: Request, limit: int) -> bytes | Response:
-    """The body, or a 413 as soon as it is known to exceed `limit` (without buffering it all)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return _too_large(int(declared), limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return _too_large(size, limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(size: int, limit: int) -> JSONResponse:
-    return JSONResponse(
-        {"detail": f"request body of at least {size} bytes exceeds the limit of {limit} bytes (max_body_bytes)"},
-        status_code=413,
-    )
 
 
 __all__ = ["Runtime", "create_app", "info_document"]

@@ -18,13 +18,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-import pydantic_core
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from ..bodies import openapi_schema, parse_body, read_body
 from ..deadlines import set_deadline
-from ..errors import InvalidInput
 from ..policies.base import Policy
 from .models import COACHING_KINDS, CoachingSessionConfig, SpecializedCoachingRequest, SpecializedCoachingResponse
 from .reinjection import applies_coaching
@@ -35,13 +34,13 @@ log = logging.getLogger("lava.coaching")
 
 Model = TypeVar("Model", bound=BaseModel)
 
-# Bodies are read by hand (one strict parse), so their schemas go into the document explicitly,
-# with definitions that the app publishes under components/schemas (where `$ref`s resolve).
-_REF = "#/components/schemas/{model}"
-SCHEMAS = {model: model.model_json_schema(ref_template=_REF)
-           for model in (CoachingSessionConfig, SpecializedCoachingRequest, SpecializedCoachingResponse)}
-COACHING_DEFINITIONS: dict[str, Any] = {name: schema for body in SCHEMAS.values()
-                                        for name, schema in body.pop("$defs", {}).items()}
+# Bodies are read by hand (lava.bodies), so their schemas go into the document explicitly, with
+# definitions that the app publishes under components/schemas.
+_DOCUMENTED = {model: openapi_schema(model)
+               for model in (CoachingSessionConfig, SpecializedCoachingRequest, SpecializedCoachingResponse)}
+SCHEMAS = {model: schema for model, (schema, _) in _DOCUMENTED.items()}
+COACHING_DEFINITIONS: dict[str, Any] = {name: schema for _, definitions in _DOCUMENTED.values()
+                                        for name, schema in definitions.items()}
 
 
 def coaching_router(sessions: CoachingSessions | None = None, service: CoachingService | None = None, *,
@@ -114,21 +113,8 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 
 
 async def _read(request: Request, model: type[Model], limit: int) -> Model | Response:
-    declared = request.headers.get("content-length")
-    size = int(declared) if declared is not None and declared.isdigit() else None
-    body = b""
-    if size is None or size <= limit:  # a declared excess is refused before reading anything
-        body = await request.body()
-        size = len(body)
-    if size > limit:
-        return JSONResponse({"detail": f"request body of {size} bytes exceeds the limit of {limit} bytes "
-                                       "(max_body_bytes)"}, status_code=413)
-    try:
-        data = pydantic_core.from_json(body)
-    except ValueError as exc:
-        raise InvalidInput((), f"the body is not valid JSON: {exc}") from None
-    # Python-mode validation of parsed JSON: pydantic's JSON mode would let NaN into free-form fields.
-    return model.model_validate(data)
+    body = await read_body(request, limit)
+    return body if isinstance(body, Response) else parse_body(body, model)
 
 
 def coaching_info(policy: Policy, *, routes_mounted: bool) -> dict[str, Any]:
