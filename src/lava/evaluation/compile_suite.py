@@ -2,7 +2,8 @@
 
 Usage (inside the MAGMA venv):  python compile_suite.py PLAN.json
 PLAN: {"<out dir>": ["scenario.Entry[=JSON][@SEED]", ...], ...}; one scenario per directory.
-Prints one JSON line per directory: {"out": ..., "ok": bool, "error": ...}.
+Prints one JSON line per directory: {"out": ..., "ok": bool, "roots": [...], "error": ...}; `roots` are
+the benchmark roots written (OUT itself, plus a sibling per further tools class, see local_benchmark).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def main() -> int:
         try:
             with contextlib.redirect_stdout(chatter):
                 local_benchmark.main([out, *entries])
-            print(json.dumps({"out": out, "ok": True}), flush=True)
+            roots = [line[len("root: "):] for line in chatter.getvalue().splitlines() if line.startswith("root: ")]
+            print(json.dumps({"out": out, "ok": True, "roots": roots}), flush=True)
         except BaseException as exc:  # SystemExit from argparse errors included
             print(json.dumps({"out": out, "ok": False, "error": f"{type(exc).__name__}: {exc}"[-1500:]}), flush=True)
     return 0

@@ -98,18 +98,19 @@ class MagmaEnvironment:
         if result.returncode != 0:
             raise RuntimeError(f"compiling {entries} failed: {result.stderr[-2000:]}")
 
-    def compile_plan(self, plan: dict[str, list[str]], log: Path) -> dict[str, str | None]:
-        """Compile several benchmark directories in one process; {out dir: error or None}."""
+    def compile_plan(self, plan: dict[str, list[str]], log: Path) -> dict[str, Compiled]:
+        """Compile several benchmark directories in one process; {out dir: what was written}."""
         plan_file = log.with_suffix(".plan.json")
         plan_file.write_text(json.dumps(plan))
         result = subprocess.run([self.python, str(COMPILE_SUITE), str(plan_file)], capture_output=True, text=True,
                                 env=self.environ(), timeout=1800)
         log.write_text(result.stdout + result.stderr)
-        outcome: dict[str, str | None] = {out: "the compiler did not report on it" for out in plan}
+        outcome = {out: Compiled(error="the compiler did not report on it") for out in plan}
         for line in result.stdout.splitlines():
             if line.startswith("{"):
                 report = json.loads(line)
-                outcome[report["out"]] = None if report["ok"] else report.get("error", "failed")
+                outcome[report["out"]] = (Compiled(roots=[Path(r) for r in report.get("roots") or [report["out"]]])
+                                          if report["ok"] else Compiled(error=report.get("error", "failed")))
         return outcome
 
     def run_bench(
@@ -149,6 +150,13 @@ def _report_progress(progress: Path, reported: int, on_episode: Callable[[str], 
     for line in lines[reported:]:
         on_episode(line)
     return len(lines)
+
+
+@dataclass
+class Compiled:
+    """One compiled plan entry: its benchmark roots (one per tools class), or why it failed."""
+    roots: list[Path] = field(default_factory=list)
+    error: str | None = None
 
 
 @dataclass
@@ -198,4 +206,4 @@ class BenchResult:
         return counts
 
 
-__all__ = ["BenchResult", "Episode", "MagmaEnvironment"]
+__all__ = ["BenchResult", "Compiled", "Episode", "MagmaEnvironment"]

@@ -19,8 +19,15 @@ Preset constructor keyword arguments can be given as JSON:
 An entry may end in @SEED to give that episode its own seed (definition expansion and semantic
 randomization); otherwise entry i uses --seed + i.
 
+MAGMA-BENCH gives every episode of a scenario directory the tools class and environment that
+scenario.json names, but presets of one scenario may differ (color_sorting's CrossColorPreset
+takes cubes by colour and source, its CleanTablePreset by name). Entries whose tools class or
+environment differ from the first entry's are written to a sibling root, OUT_DIR.<ToolsClass>,
+each complete and runnable on its own; every root written is printed as `root: PATH`.
+
 Vendored from the MAGMA team's shared tools (shared/magma/magma_local_benchmark.py) so that
-`lava eval` works from an installed lava; the @SEED suffix is lava's addition.
+`lava eval` works from an installed lava; the @SEED suffix and the per-tools roots are lava's
+additions.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import json
 import random
 import shutil
 import sys
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -44,6 +52,41 @@ def _dump(path: Path, model_or_obj) -> None:
     path.write_text(text + "\n", encoding="utf-8")
 
 
+@dataclass
+class Root:
+    """One benchmark root: the episodes that share a tools class and an environment."""
+    path: Path
+    entries: list = field(default_factory=list)
+
+
+def _write_index(root: Root, scenario_id: str, version: str) -> None:
+    from magma_bench.artifacts import BenchmarkManifest
+
+    _dump(root.path / "benchmark.json", BenchmarkManifest(
+        schema_version="1.8",
+        benchmark_version=version,
+        generated_at=datetime.now(UTC).isoformat(),
+        semantic_variations=1,
+        scenarios=[scenario_id],
+        total_episodes=len(root.entries),
+        episodes=root.entries,
+    ))
+    # Schema 1.8 results fingerprint stats.json; magma_bench 2.0.1 only hashes it.
+    _dump(root.path / "stats.json", {
+        "total_episodes": len(root.entries),
+        "scenarios": {scenario_id: len(root.entries)},
+        "conditions": {"clean": len(root.entries)},
+    })
+    _dump(root.path / "manifest.json", {
+        "schema_version": "1.0",
+        "benchmark_version": version,
+        "requirements": {
+            package: metadata.version(package)
+            for package in ("magma_bench", "magma_core", "magma_scenarios")
+        },
+    })
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
@@ -55,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from magma_bench.artifacts import (
-        BenchmarkManifest,
         CompiledEpisodeSpec,
         EpisodeIndexEntry,
         EpisodeMetadata,
@@ -70,12 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     from magma_scenarios.registry_loader import get_scenario, load_definition, load_preset
 
     out: Path = args.out.resolve()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-
+    roots: dict[tuple[str, str], Root] = {}
     scenario_id = None
-    entries: list[EpisodeIndexEntry] = []
     for index, item in enumerate(args.presets):
         item, _, raw_seed = item.rpartition("@") if item.rsplit("@", 1)[-1].isdigit() else (item, "", "")
         entry_seed = int(raw_seed) if raw_seed else args.seed + index
@@ -106,22 +144,32 @@ def main(argv: list[str] | None = None) -> int:
         spec = SpecGenerator(seed=entry_seed).generate_N_spec(task, 1)[0]
         randomizer = RuntimeRandomizer(spec)
 
-        if index == 0:
-            _dump(out / scenario_id / "scenario.json", ScenarioManifest(
+        tools_type = f"{task.Tools_cls.__module__}:{task.Tools_cls.__qualname__}"
+        key = (tools_type, task.maniskill_env_id)
+        if key not in roots:
+            path = out if not roots else out.with_name(f"{out.name}.{task.Tools_cls.__qualname__}")
+            if key[0] in {k[0] for k in roots}:
+                path = out.with_name(f"{out.name}.{task.Tools_cls.__qualname__}.{task.maniskill_env_id}")
+            if path.exists():
+                shutil.rmtree(path)
+            path.mkdir(parents=True)
+            roots[key] = Root(path)
+            _dump(path / scenario_id / "scenario.json", ScenarioManifest(
                 scenario_id=scenario_id,
                 name=scenario_id,
                 definition=f"{cls.__module__}:{cls.__qualname__}",
                 environment_id=task.maniskill_env_id,
-                tools_type=f"{task.Tools_cls.__module__}:{task.Tools_cls.__qualname__}",
+                tools_type=tools_type,
                 skill_types=[],
                 description=f"Locally compiled from magma_scenarios preset {name}",
             ))
+        root = roots[key].path
 
         skeleton_id = f"skeleton_{index:03d}"
         semantic_id = "semantic_000"
         episode_id = f"{scenario_id}-{index:03d}-clean"
         n_calls = sum(int(getattr(s, "target_tool_calls", 1) or 0) for s in task.stages)
-        _dump(out / scenario_id / skeleton_id / "skeleton.json", SkeletonManifest(
+        _dump(root / scenario_id / skeleton_id / "skeleton.json", SkeletonManifest(
             skeleton_id=skeleton_id,
             scenario_id=scenario_id,
             track="in_domain",
@@ -133,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             requested_tool_call_range=[n_calls, n_calls],
             initialization=task.get_initialization_spec(),
         ))
-        _dump(out / scenario_id / skeleton_id / semantic_id / "semantic.json", SemanticManifest(
+        _dump(root / scenario_id / skeleton_id / semantic_id / "semantic.json", SemanticManifest(
             semantic_id=semantic_id,
             variation_index=0,
             tools=encode_value(spec.tools),
@@ -145,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             attribute_values_order=spec.attribute_values_order,
         ))
         rel = f"{scenario_id}/{skeleton_id}/{semantic_id}/episodes/{episode_id}.json"
-        _dump(out / rel, CompiledEpisodeSpec(
+        _dump(root / rel, CompiledEpisodeSpec(
             episode_id=episode_id,
             scenario_id=scenario_id,
             skeleton_id=skeleton_id,
@@ -163,36 +211,16 @@ def main(argv: list[str] | None = None) -> int:
                 control_episode_id=episode_id,
             ),
         ))
-        entries.append(EpisodeIndexEntry(
+        roots[key].entries.append(EpisodeIndexEntry(
             episode_id=episode_id, scenario_id=scenario_id, skeleton_id=skeleton_id,
             track="in_domain", semantic_id=semantic_id, condition="clean",
             length_bucket="short", path=rel,
         ))
 
-    _dump(out / "benchmark.json", BenchmarkManifest(
-        schema_version="1.8",
-        benchmark_version=args.version,
-        generated_at=datetime.now(UTC).isoformat(),
-        semantic_variations=1,
-        scenarios=[scenario_id],
-        total_episodes=len(entries),
-        episodes=entries,
-    ))
-    # Schema 1.8 results fingerprint stats.json; magma_bench 2.0.1 only hashes it.
-    _dump(out / "stats.json", {
-        "total_episodes": len(entries),
-        "scenarios": {scenario_id: len(entries)},
-        "conditions": {"clean": len(entries)},
-    })
-    _dump(out / "manifest.json", {
-        "schema_version": "1.0",
-        "benchmark_version": args.version,
-        "requirements": {
-            package: metadata.version(package)
-            for package in ("magma_bench", "magma_core", "magma_scenarios")
-        },
-    })
-    print(f"wrote {len(entries)} episode(s) to {out}")
+    for root in roots.values():
+        _write_index(root, scenario_id, args.version)
+        print(f"wrote {len(root.entries)} episode(s) to {root.path}")
+        print(f"root: {root.path}")
     return 0
 
 

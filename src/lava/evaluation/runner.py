@@ -1,6 +1,7 @@
 """`lava eval`: compile a suite, run the real MAGMA-BENCH against lava, and report per scenario.
 
-One compiled benchmark directory per scenario (the local compiler's unit), shared by every agent
+One compiled benchmark directory per scenario (the local compiler's unit; a scenario whose presets
+use different tools classes gets one root per class, reported together), shared by every agent
 configuration compared, so configurations face exactly the same episodes. Each configuration
 gets its own `lava serve` process; its decision latency is read from that process's /metrics.
 """
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 import httpx2 as httpx
 
 from ..processes import free_port, lava_serve_command, serving
-from .consumer import BenchResult, MagmaEnvironment
+from .consumer import BenchResult, Compiled, MagmaEnvironment
 from .suite import SuiteEntry, by_scenario
 
 STATUSES = ("success", "invalid_format", "textual_hallucination", "non_requested_action", "non_physical_exceeded",
@@ -123,15 +124,16 @@ def running_agent(config: AgentConfig, log: Path, timeout: float = 300) -> Itera
         yield url
 
 
-def compile_suite(magma: MagmaEnvironment, entries: Sequence[SuiteEntry], out: Path) -> dict[str, str | None]:
+def compile_suite(magma: MagmaEnvironment, entries: Sequence[SuiteEntry], out: Path) -> dict[str, Compiled]:
     plan = {str(out / scenario): [e.compiled for e in group] for scenario, group in by_scenario(list(entries)).items()}
     out.mkdir(parents=True, exist_ok=True)
     return magma.compile_plan(plan, out / "compile.log")
 
 
-def _scenario_report(scenario: str, result: BenchResult, decisions: float, seconds: float) -> ScenarioReport:
-    report = ScenarioReport(scenario, bench_seconds=result.seconds, decisions=int(decisions),
-                            decision_seconds=seconds)
+def _add_result(report: ScenarioReport, result: BenchResult, decisions: float, seconds: float) -> None:
+    report.bench_seconds += result.seconds
+    report.decisions += int(decisions)
+    report.decision_seconds += seconds
     for episode in result.episodes:
         report.episodes += 1
         report.successes += episode.success
@@ -142,13 +144,12 @@ def _scenario_report(scenario: str, result: BenchResult, decisions: float, secon
                                     "reason": episode.reason[:300], "trace": str(episode.trace_path)})
     if result.returncode != 0 and not result.episodes:
         report.error = f"magma-bench exited with {result.returncode}"
-    return report
 
 
 def run_eval(entries: Sequence[SuiteEntry], configs: Sequence[AgentConfig], out: Path,
              magma: MagmaEnvironment, *, episode_timeout_s: float = 900) -> list[ConfigReport]:
     compiled = out / "compiled"
-    problems = compile_suite(magma, entries, compiled)
+    compiled_plan = compile_suite(magma, entries, compiled)
     groups = by_scenario(list(entries))
     progress = Progress(len(entries) * len(configs))
     reports = []
@@ -161,22 +162,21 @@ def run_eval(entries: Sequence[SuiteEntry], configs: Sequence[AgentConfig], out:
             with magma.planner(base / "planner.log") as planner_url, \
                  running_agent(config, base / "lava.log") as agent_url:
                 for scenario, group in groups.items():
-                    benchmark = compiled / scenario
-                    if problems.get(str(benchmark)):
-                        report.scenarios.append(ScenarioReport(scenario, error=problems[str(benchmark)]))
-                        continue
-                    results = base / "results" / scenario
-                    if results.exists():
-                        shutil.rmtree(results)  # magma-bench would try to resume a previous run
-                    before = _decision_metrics(agent_url)
-                    result = magma.run_bench(
-                        benchmark, results, agent_url=agent_url, planner_url=planner_url,
-                        log=base / f"bench-{scenario}.log", timeout_s=episode_timeout_s * len(group),
-                        on_episode=lambda line, c=config: progress.episode(c.label, line),
-                    )
-                    after = _decision_metrics(agent_url)
-                    report.scenarios.append(_scenario_report(scenario, result, after[0] - before[0],
-                                                             after[1] - before[1]))
+                    compiled_scenario = compiled_plan.get(str(compiled / scenario)) or Compiled(error="not compiled")
+                    scenario_report = ScenarioReport(scenario, error=compiled_scenario.error)
+                    report.scenarios.append(scenario_report)
+                    for benchmark in compiled_scenario.roots:
+                        results = base / "results" / benchmark.name
+                        if results.exists():
+                            shutil.rmtree(results)  # magma-bench would try to resume a previous run
+                        before = _decision_metrics(agent_url)
+                        result = magma.run_bench(
+                            benchmark, results, agent_url=agent_url, planner_url=planner_url,
+                            log=base / f"bench-{benchmark.name}.log", timeout_s=episode_timeout_s * len(group),
+                            on_episode=lambda line, c=config: progress.episode(c.label, line),
+                        )
+                        after = _decision_metrics(agent_url)
+                        _add_result(scenario_report, result, after[0] - before[0], after[1] - before[1])
     finally:
         progress.close()
     return reports

@@ -1,0 +1,94 @@
+"""`lava eval`'s own parts: suites, the local benchmark compiler, and the report.
+
+The compiler test runs the real magma_scenarios compiler in the MAGMA venv (skipped locally
+without it, required in CI).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lava.evaluation.consumer import BenchResult, Compiled, Episode, MagmaEnvironment
+from lava.evaluation.runner import AgentConfig, ConfigReport, ScenarioReport, _add_result, render_table, report_json
+from lava.evaluation.suite import by_scenario, load_suite, parse_suite
+
+
+def test_suite_lines_expand_seeds_and_keep_arguments() -> None:
+    entries = parse_suite(
+        "# comment\n"
+        "press_button.ButtonPressOrdered\n"
+        'press_button.ButtonPressOrdered={"sequence_of_buttons": ["sw1"]}\n'
+        "color_sorting.SortingDefinition seeds=0-2,5\n"
+    )
+    assert [e.compiled for e in entries] == [
+        "press_button.ButtonPressOrdered",
+        'press_button.ButtonPressOrdered={"sequence_of_buttons": ["sw1"]}',
+        "color_sorting.SortingDefinition@0", "color_sorting.SortingDefinition@1",
+        "color_sorting.SortingDefinition@2", "color_sorting.SortingDefinition@5",
+    ]
+    assert list(by_scenario(entries)) == ["press_button", "color_sorting"]
+    with pytest.raises(ValueError, match="line 1"):
+        parse_suite("no_scenario_here")
+
+
+def test_the_shipped_all_suite_covers_every_installed_scenario() -> None:
+    scenarios = set(by_scenario(load_suite("all")))
+    assert len(scenarios) == 11
+    assert {"press_button", "color_sorting", "laundry", "advanced_delivery"} <= scenarios
+    single = {e.scenario for e in load_suite("single-robot")}
+    assert single == {"press_button", "color_sorting"}
+
+
+def _bench(tmp_path: Path, *episodes: tuple[str, str]) -> BenchResult:
+    result = BenchResult(0, 30.0, tmp_path)
+    for episode_id, status in episodes:
+        result.episodes.append(Episode(episode_id, "color_sorting", status, status == "success", "why", 4,
+                                       tmp_path / f"{episode_id}.json"))
+    return result
+
+
+def test_results_of_several_roots_are_reported_as_one_scenario(tmp_path: Path) -> None:
+    report = ScenarioReport("color_sorting")
+    _add_result(report, _bench(tmp_path, ("cs-000", "success"), ("cs-002", "budget_exceeded")), 8, 4.0)
+    _add_result(report, _bench(tmp_path, ("cs-001", "success")), 4, 2.0)
+    assert (report.episodes, report.successes, report.decisions) == (3, 2, 12)
+    assert report.statuses == {"success": 2, "budget_exceeded": 1}
+    assert report.seconds_per_decision == pytest.approx(0.5)
+    assert [f["episode"] for f in report.failures] == ["cs-002"]
+    config = ConfigReport(AgentConfig("lava", ("--policy", "magma")), [report])
+    table = render_table([config])
+    assert "color_sorting" in table and "2/3" in table and "budget_exceeded 1" in table
+    assert report_json([config])["configs"][0]["total"]["success_rate"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+@pytest.mark.magma
+def test_presets_with_other_tools_get_their_own_benchmark_root(magma: MagmaEnvironment, tmp_path: Path) -> None:
+    """MAGMA-BENCH runs every episode of a root with the tools class its scenario.json names. The
+    color_sorting presets disagree (CrossColorPreset takes by colour and source, the others by
+    name), so one shared root made the environment refuse the very arguments the agent was shown."""
+    out = tmp_path / "color_sorting"
+    plan = {str(out): ["color_sorting.CleanTablePreset", "color_sorting.CrossColorPreset",
+                       "color_sorting.SortingDefinition@0"]}
+    outcome = magma.compile_plan(plan, tmp_path / "compile.log")
+    compiled = outcome[str(out)]
+    assert isinstance(compiled, Compiled) and compiled.error is None, (tmp_path / "compile.log").read_text()
+    assert compiled.roots[0] == out and len(compiled.roots) == 2
+
+    def take_parameters(root: Path) -> tuple[str, set[frozenset[str]]]:
+        scenario = json.loads((root / "color_sorting" / "scenario.json").read_text())
+        shown = set()
+        for semantic in root.glob("color_sorting/*/semantic_000/semantic.json"):
+            tools = json.loads(semantic.read_text())["tool_equivalence"]
+            shown.add(frozenset(tools["take"]["parameters"].values()))
+        return scenario["tools_type"], shown
+
+    by_name = dict(take_parameters(root) for root in compiled.roots)
+    assert by_name == {
+        "magma_scenarios.scenarios.color_sorting.instance_cs_tool:InstanceColorTools": {frozenset({"name"})},
+        "magma_scenarios.scenarios.color_sorting.cs_tool:ColorDetectionTools": {frozenset({"obj_color", "source"})},
+    }
+    total = sum(json.loads((root / "benchmark.json").read_text())["total_episodes"] for root in compiled.roots)
+    assert total == 3
