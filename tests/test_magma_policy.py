@@ -22,6 +22,9 @@ CUBES = {"tools": [{"name": "get_objects_state", "description": "Detect objects.
                    {"name": "take", "description": "Take an object.", "arguments": {"name": {"type": "str"}}},
                    {"name": "put", "description": "Put the held cube.", "arguments": {"target": {"type": "str"}}}],
          "attributes": {"known_tray_color": ["white", "blue"], "known_robots": ["panda"]}}
+# A request the goal reader leaves to the model, over a scene already observed.
+OPPOSITE = "Arrange the cubes so each tray holds the opposite color."
+SEEN = {"table": ["white_cube_1", "blue_cube_2"], "white_tray": [], "blue_tray": []}
 
 
 def engine(respond) -> tuple[Engine, FunctionBackend]:
@@ -95,7 +98,7 @@ def test_multi_tool_task_asks_the_commander_for_calls_only_at_the_request() -> N
         return ['{"tool_calls": [{"robot": "panda", "name": "get_objects_state", "arguments": {}}]}'] * req.n
 
     eng, _ = engine(commander)
-    (out,) = step(eng, "Sort all cubes by color.", {"history": []}, scene=CUBES)
+    (out,) = step(eng, OPPOSITE, {"history": [], "lava": {"task": {"scene": SEEN}}}, scene=CUBES)
     assert out["output"]["tool_calls"][0]["name"] == "get_objects_state"
     assert "anyOf" not in seen[0] or all("say" not in json.dumps(b) for b in seen[0]["anyOf"])
     assert "say" not in json.dumps(seen[0])  # calls only: text here would fail an action stage
@@ -109,12 +112,12 @@ def test_feedback_turn_shows_the_task_state_and_completes_in_plain_words() -> No
         return ['{"say": "All cubes sorted {yay}"}']
 
     eng, _ = engine(commander)
-    memory = {"history": [], "lava": {"task": {"intent": "act", "request": "Sort all cubes by color.",
+    memory = {"history": [], "lava": {"task": {"intent": "act", "request": OPPOSITE, "scene": SEEN,
                                                "pending": [{"robot": "panda", "name": "take",
                                                             "arguments": {"name": "white_cube_1"}}]}}}
     feedback = json.dumps({"infos": "panda: take succeed with message: You have white_cube_1 in your gripper."})
     (out,) = step(eng, feedback, memory, kind="env", scene=CUBES)
-    assert "Request: Sort all cubes by color." in prompts[0]
+    assert f"Request: {OPPOSITE}" in prompts[0]
     assert "1. panda.take(name=white_cube_1)" in prompts[0]
     assert out["output"]["say"] == "Done. I completed: take(name=white_cube_1)."
 
@@ -129,7 +132,8 @@ def test_candidates_are_made_distinct_when_sampling() -> None:
         return ['{"tool_calls": [{"robot": "panda", "name": "take", "arguments": {"name": "b"}}]}'] * req.n
 
     eng, _ = engine(sampler)
-    first, second = step(eng, "Sort all cubes by color.", {"history": []}, scene=CUBES, n=2, greedy=False)
+    first, second = step(eng, OPPOSITE, {"history": [], "lava": {"task": {"scene": SEEN}}}, scene=CUBES, n=2,
+                         greedy=False)
     assert first["output"] != second["output"]
     assert calls["n"] == 2  # one resample round sufficed
 
@@ -142,7 +146,7 @@ def test_prompt_stays_bounded_over_a_long_episode() -> None:
         return ['{"tool_calls": [{"robot": "panda", "name": "get_objects_state", "arguments": {}}]}']
 
     eng, _ = engine(commander)
-    (out,) = step(eng, "Sort all cubes by color.", {"history": []}, scene=CUBES)
+    (out,) = step(eng, OPPOSITE, {"history": [], "lava": {"task": {"scene": SEEN}}}, scene=CUBES)
     for _ in range(40):
         feedback = json.dumps({"infos": "panda: get_objects_state succeed with message: table contains "
                                         "white_cube_1, blue_cube_2 and a long description of the scene " * 2})

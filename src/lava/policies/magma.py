@@ -34,6 +34,7 @@ from ..tools import CANCEL_TOOL, ToolSpec
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import pick_and_place_demo, roles
+from .goals import next_step, read_goal
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import contents, known_names, parameter_enums
@@ -140,6 +141,41 @@ class MagmaPolicy(Policy):
         free = [r for r in robots if r not in situation.toolbox.busy] or list(robots)
         call = ToolCall(name=tool.name, arguments={tool.params[0].name: state.plan[index]}, target_robot_name=free[0])
         return AgentDecision(tool_calls=[call])
+
+    # -- pick-and-place: observe, then take and put toward a goal read from the request ---------
+
+    def pick_and_place(self, situation: Situation, state: TaskState) -> AgentDecision | None:
+        """The next call when the request is a pick-and-place goal over a known scene (see
+        goals.py), an observation when the scene is unknown or a take/put just failed, and None
+        when the model should decide."""
+        observe, take, put = roles(situation.toolbox)
+        robots = situation.toolbox.robots or ("robot",)
+        if take is None or put is None or len(robots) > 1 or state.failures_in_row >= 3:
+            return None
+        robot = robots[0]
+        looked_last = bool(state.done_calls) and observe is not None and state.done_calls[-1]["name"] == observe.name \
+            and not state.last_failed
+        refused = state.last_failed and any(c["name"] in (take.name, put.name) for c in state.pending_failed)
+        if observe is not None and (state.scene is None or refused) and not looked_last:
+            # Looking first costs one call; acting on names that do not exist costs the stage.
+            return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
+        if state.scene is None:
+            return None
+        goal = read_goal(state.request, [*situation.memory.memory_list, *state.rules], state.scene)
+        if goal is None:
+            return None
+        puts_done = sum(1 for c in state.done_calls if c["name"] == put.name)
+        moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+        step = next_step(goal, state.scene, state.held, puts_done, moved)
+        if step is None:
+            if observe is not None and not looked_last:
+                return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
+            return None
+        if step.action == "done":
+            return AgentDecision(say=completion_message(state))
+        tool = take if step.action == "take" else put
+        return AgentDecision(tool_calls=[ToolCall(name=tool.name, arguments={tool.params[0].name: step.value},
+                                                  target_robot_name=robot)])
 
     # -- the commander's view ----------------------------------------------------------------
 
@@ -307,6 +343,10 @@ class MagmaPolicy(Policy):
                 decision = self.next_planned(situation, state) or AgentDecision(say=completion_message(state))
                 return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
                         for memory in memories]
+
+        if state.intent == "act" and (decision := self.pick_and_place(situation, state)) is not None:
+            return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                    for memory in memories]
 
         first = len(shared_steps)
         if state.intent == "answer":

@@ -18,6 +18,9 @@ from typing import Any, Literal
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Feedback
 from ..tools import CANCEL_TOOL, ToolBox
+from . import scene as scenes
+from .demos import roles
+from .scene import read_scene
 
 Intent = Literal["act", "answer", "acknowledge"]
 
@@ -80,6 +83,9 @@ class TaskState:
     # For one-dimensional requests (one tool, one parameter): the values to use, in order.
     plan: list[str] | None = None
     turns: int = 0
+    # Pick-and-place: where things are (see scene.py) and what the gripper holds, across requests.
+    scene: dict[str, list[str]] | None = None
+    held: str | None = None
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
@@ -135,6 +141,7 @@ class TaskState:
                 tool = toolbox.get(call["name"])
                 if tool is not None and (not tool.params or len(result.message) > 80):
                     self.observations = [*self.observations, f"{call['name']}: {result.message}"][-MAX_OBSERVATIONS:]
+                self.track(call, result.message, toolbox)
             failed = failed or not result.ok
         if not results and not failed and pending:
             # "The action has completed." carries no per-robot line: every pending call succeeded.
@@ -145,6 +152,28 @@ class TaskState:
         self.failures_in_row = self.failures_in_row + 1 if failed else 0
         self.pending = []
         return results
+
+    def track(self, call: Mapping[str, Any], message: str, toolbox: ToolBox) -> None:
+        """Keep the scene true after a successful call: a new report replaces it, a take or a put
+        moves one object."""
+        _, take, put = roles(toolbox)
+        tool = toolbox.get(call["name"])
+        if tool is not None and not tool.params:
+            observed = read_scene(message)
+            if observed is not None:
+                self.scene = observed
+            return
+        value = next(iter((call.get("arguments") or {}).values()), None)
+        if not isinstance(value, str):
+            return
+        if take is not None and call["name"] == take.name:
+            self.held = value
+            if self.scene is not None:
+                self.scene = scenes.taken(self.scene, value)
+        elif put is not None and call["name"] == put.name:
+            if self.scene is not None and self.held:
+                self.scene = scenes.put(self.scene, self.held, value)
+            self.held = None
 
     def launched(self, decision: AgentDecision) -> None:
         self.pending = [{"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}

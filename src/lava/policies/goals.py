@@ -1,0 +1,171 @@
+"""Pick-and-place requests as goals over a scene, and the next take or put that serves them.
+
+A 0.5B model picks plausible but wrong objects ("take yellow" for "a yellow cube from the yellow
+tray") and loses count after a few moves; every wasted call eats a stage budget of three or four.
+The common request forms are precise enough to act on without the model:
+
+- sorting: "sort all the cubes by color: put each cube in the tray matching its color", each
+  object goes to the one place sharing a word with its name (white_cube_2 -> white_tray), with
+  exceptions such as "leave 2 white cubes on the table" and rules such as "always sort all blue
+  cubes first";
+- explicit moves: "move one yellow cube from the yellow tray to the table", in order.
+
+Anything else (opposite groups, counting puzzles, unknown phrasing) is None here and goes to the
+model. Descriptions are matched to names by their words, so renamed tools and values still work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .scene import where
+
+_COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+           "eight": 8, "nine": 9, "ten": 10}
+_COUNT = r"(?P<count>\d+|" + "|".join(_COUNTS) + r")"
+_PHRASE = r"[A-Za-z][\w\s-]*?"
+_END = r"(?=\s*(?:[.,;:!]|$|\band\b|\bthen\b))"
+_MOVE = re.compile(rf"\b(?:move|bring|transfer|put|place|take)\s+{_COUNT}\s+(?P<what>{_PHRASE})\s+from\s+(?:the\s+)?"
+                   rf"(?P<source>{_PHRASE})\s+(?:to|into|onto|in|on)\s+(?:the\s+)?(?P<target>{_PHRASE}){_END}",
+                   re.IGNORECASE)
+_KEEP = re.compile(rf"\b(?:leave|keep)\s+{_COUNT}\s+(?P<what>{_PHRASE})\s+(?:on|in|at|inside)\s+(?:the\s+)?"
+                   rf"(?P<target>{_PHRASE}){_END}", re.IGNORECASE)
+_SORT = re.compile(r"\bsort|\bmatching\b|\bwhere (?:it|they) belongs?\b", re.IGNORECASE)
+_CONTRARY = re.compile(r"\b(opposite|other|swap|cross|mismatch\w*|wrong)\b", re.IGNORECASE)
+_FIRST = re.compile(rf"\b(?:sort|move|handle|place|put|do)\s+(?:all\s+)?(?:the\s+)?(?P<what>{_PHRASE})\s+first\b",
+                    re.IGNORECASE)
+_FORGET = re.compile(r"\b(forget|ignore|drop|no longer|stop)\b", re.IGNORECASE)
+
+
+def words(text: str) -> set[str]:
+    """Lower-case words, singular, without numbers: "Blue cubes" and blue_cube_2 share {blue, cube}."""
+    found = set()
+    for word in re.split(r"[^a-z0-9]+", text.lower()):
+        if not word or word.isdigit() or word in ("the", "of", "a", "an", "all", "each", "every", "any"):
+            continue
+        if len(word) > 4 and re.search(r"(?:x|ss|sh|ch)es$", word):
+            word = word[:-2]  # boxes -> box, glasses -> glass
+        elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        found.add(word)
+    return found
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else _COUNTS[text.lower()]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    what: frozenset[str]
+    source: str | None
+    target: str
+
+
+@dataclass
+class Goal:
+    """Either ordered unit moves, or sorting by name with exceptions and a priority."""
+    moves: list[Move] = field(default_factory=list)
+    sort: bool = False
+    keep: list[tuple[int, frozenset[str], str]] = field(default_factory=list)
+    first: frozenset[str] | None = None
+
+
+def place_named(phrase: str, places: Iterable[str]) -> str | None:
+    """The place a phrase names ("the blue tray" -> blue_tray), when exactly one fits."""
+    wanted = words(phrase)
+    if not wanted:
+        return None
+    places = list(places)
+    exact = [p for p in places if words(p) == wanted]
+    if len(exact) == 1:
+        return exact[0]
+    partial = [p for p in places if wanted <= words(p)]
+    return partial[0] if len(partial) == 1 else None
+
+
+def read_goal(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal | None:
+    places = list(places)
+    moves = []
+    for match in _MOVE.finditer(request):
+        target = place_named(match["target"], places)
+        source = place_named(match["source"], places)
+        if target is None or source is None:
+            return None  # a move we cannot place: the model decides
+        moves += [Move(frozenset(words(match["what"])), source, target)] * _count(match["count"])
+    if moves:
+        return Goal(moves=moves)
+    if not _SORT.search(request) or _CONTRARY.search(request):
+        return None
+    goal = Goal(sort=True)
+    for match in _KEEP.finditer(request):
+        target = place_named(match["target"], places)
+        if target is None:
+            return None
+        goal.keep.append((_count(match["count"]), frozenset(words(match["what"])), target))
+    for rule in rules:
+        match = _FIRST.search(rule)
+        if match and not _FORGET.search(rule):
+            goal.first = frozenset(words(match["what"]))
+        elif _FORGET.search(rule) and goal.first and goal.first <= words(rule):
+            goal.first = None  # "Forget about always sorting blue cubes first."
+    return goal
+
+
+def _matches(what: frozenset[str], thing: str) -> bool:
+    return bool(what) and what <= words(thing)
+
+
+def home(thing: str, places: Iterable[str]) -> str | None:
+    """The one place that shares a distinctive word with the thing's name, if any."""
+    own = words(thing)
+    fitting = [p for p in places if p != thing and own & words(p)]
+    return fitting[0] if len(fitting) == 1 else None
+
+
+def targets(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None) -> dict[str, str]:
+    """Where each object should end up for a sorting goal (objects without a home stay put)."""
+    things = [t for ts in scene.values() for t in ts] + ([held] if held else [])
+    wanted = {t: home_ for t in things if (home_ := home(t, scene)) is not None}
+    for count, what, place in goal.keep:
+        fitting = [t for t in things if _matches(what, t)]
+        # Those already there first (leaving them costs nothing), then the one in hand (the choice
+        # must not change once it is taken).
+        fitting.sort(key=lambda t: 0 if where(scene, t) == place else 1 if t == held else 2)
+        for thing in fitting[:count]:
+            wanted[thing] = place
+    return wanted
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The next thing to do: take an object, put the held one somewhere, or nothing left."""
+    action: str  # "take" | "put" | "done"
+    value: str | None = None
+
+
+def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, puts_done: int,
+              moved: set[str]) -> Step | None:
+    """The next step toward the goal, or None when the scene cannot serve it (observe or ask the
+    model). `puts_done` counts the puts made for this request, `moved` the objects taken for it."""
+    if goal.moves:
+        if puts_done >= len(goal.moves):
+            return Step("put", goal.moves[puts_done - 1].target) if held else Step("done")
+        move = goal.moves[puts_done]
+        if held:
+            return Step("put", move.target)
+        fitting = [t for t in scene.get(move.source or "", []) if _matches(move.what, t) and t not in moved]
+        fitting = fitting or [t for t in scene.get(move.source or "", []) if _matches(move.what, t)]
+        return Step("take", fitting[0]) if fitting else None
+    wanted = targets(goal, scene, held)
+    if held:
+        return Step("put", wanted[held]) if held in wanted else None
+    misplaced = [t for ts in scene.values() for t in ts if t in wanted and where(scene, t) != wanted[t]]
+    if goal.first:
+        misplaced.sort(key=lambda t: not _matches(goal.first or frozenset(), t))
+    return Step("take", misplaced[0]) if misplaced else Step("done")
+
+
+__all__ = ["Goal", "Move", "Step", "home", "next_step", "place_named", "read_goal", "targets", "words"]

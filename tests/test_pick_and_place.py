@@ -1,0 +1,203 @@
+"""Pick-and-place requests solved from the task state, against a small cube world that answers like
+MAGMA's color_sorting tools (messages copied from real MAGMA-BENCH traces).
+
+The model must not be needed for these request forms: a backend that fails the test if called
+stands at the seam, except where a test says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.goals import next_step, place_named, read_goal, targets, words
+from lava.policies.magma import MagmaPolicy
+from lava.policies.scene import read_scene
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+
+TOOLS = [
+    {"name": "put", "description": "Put the held cube on the table or in a color tray.",
+     "arguments": {"target": {"description": "Use table or a tray name such as white_tray.", "type": "str"}}},
+    {"name": "get_objects_state", "description": "Return the description and position of all detected objects.",
+     "arguments": {}},
+    {"name": "take", "description": "Take an object by its name.",
+     "arguments": {"name": {"description": "The name of the object to take.", "type": "str"}}},
+]
+
+
+class CubeWorld:
+    """Trays and a table; take and put one cube at a time, like instance_cs_tool."""
+
+    def __init__(self, places: dict[str, list[str]]) -> None:
+        self.places = {k: list(v) for k, v in places.items()}
+        self.held: str | None = None
+        self.calls: list[str] = []
+
+    def state(self) -> str:
+        parts = [f"{place} contains {', '.join(things) if things else 'no cube'}." for place, things in
+                 self.places.items()]
+        return " ".join(parts)
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        if name == "get_objects_state":
+            return True, self.state()
+        if name == "take":
+            cube = arguments["name"]
+            for things in self.places.values():
+                if cube in things:
+                    things.remove(cube)
+                    self.held = cube
+                    return True, f"You have {cube} in your gripper."
+            return False, f"There is no cube instance named {cube}."
+        target = arguments["target"]
+        if self.held is None or target not in self.places:
+            return False, f"There is no location named {target}."
+        self.places[target].append(self.held)
+        cube, self.held = self.held, None
+        return True, f"Successfuly sent {cube} to {target}"
+
+
+def no_model(req: GenerationRequest):
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[:300]}")
+
+
+def episode(world: CubeWorld, request: str, *, memory_list: list[str] | None = None, respond=no_model,
+            max_turns: int = 30) -> tuple[str, dict]:
+    """Run one request to its text answer; returns (the answer, the final memory)."""
+    eng = Engine(MagmaPolicy(FunctionBackend(respond), Settings(backend="scripted")))
+    memory: dict = {"memory_list": memory_list or [], "history": []}
+    instruction = {"type": "user", "content": request}
+    for _ in range(max_turns):
+        entry = user_input(instruction["content"], memory=memory, tools=TOOLS,
+                           attributes={"known_tray_color": ["white", "red"], "known_robots": ["panda"],
+                                       "robot_statuses": {"panda": "FREE"}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory = out["memory"]
+        decision = out["output"]
+        if not decision["tool_calls"]:
+            return decision["say"], memory
+        (call,) = decision["tool_calls"]
+        ok, message = world.run(call["name"], call["arguments"])
+        verb = "succeed" if ok else "failed"
+        infos = f"{call['target_robot_name']}: {call['name']} {verb} with message: {message}"
+        instruction = {"type": "env", "content": json.dumps({
+            "infos": infos, "previous_tool_call": {call["target_robot_name"]: {"name": call["name"],
+                                                                   "arguments": call["arguments"]}}})}
+    raise AssertionError(f"no answer after {max_turns} turns: {world.calls}")
+
+
+def mixed() -> CubeWorld:
+    # color_sorting-002 of a real run: the 0.5B model moved white_cube_1 into the tray and lost the stage.
+    return CubeWorld({"table": ["white_cube_1", "red_cube_1", "red_cube_2"],
+                      "white_tray": ["white_cube_2", "white_cube_3", "white_cube_4", "red_cube_3", "red_cube_4"],
+                      "red_tray": []})
+
+
+def test_sorting_looks_once_then_moves_only_misplaced_cubes() -> None:
+    world = mixed()
+    answer, memory = episode(world, "Sort all cubes by color. Each cube must be placed in the tray matching its "
+                                    "color. Use the detection function to obtain information about objects.")
+    assert world.places == {"table": [], "white_tray": ["white_cube_2", "white_cube_3", "white_cube_4", "white_cube_1"],
+                            "red_tray": ["red_cube_1", "red_cube_2", "red_cube_3", "red_cube_4"]}
+    # One look, then exactly two calls per misplaced cube: nothing wasted against a stage budget.
+    assert world.calls[0] == "get_objects_state()" and len(world.calls) == 1 + 2 * 5
+    assert answer.startswith("Done.")
+    assert memory["lava"]["task"]["scene"] == world.places
+
+
+def test_an_exception_in_the_request_is_kept_with_the_fewest_moves() -> None:
+    world = mixed()
+    episode(world, "Please sort all the cubes by color: put each cube in the tray matching its color. "
+                   "Leave 2 white cubes on the table.")
+    assert sorted(world.places["table"]) == ["white_cube_1", "white_cube_2"]
+    assert sorted(world.places["red_tray"]) == ["red_cube_1", "red_cube_2", "red_cube_3", "red_cube_4"]
+    assert "take(white_cube_1)" not in world.calls  # already where the exception wants it
+    assert len(world.calls) == 1 + 2 * 5
+
+
+def test_explicit_moves_are_done_in_order_with_real_cube_names() -> None:
+    # color_sorting-003 of a real run: the model tried take(name="yellow") and never looked.
+    world = CubeWorld({"table": ["blue_cube_1"], "yellow_tray": ["yellow_cube_1", "blue_cube_2", "yellow_cube_2"],
+                       "blue_tray": ["blue_cube_3"]})
+    answer, _ = episode(world, "Complete these moves in this exact order: First, move one yellow cube from the "
+                               "yellow tray to the table. Then, move one blue cube from the table to the blue tray. "
+                               "Finally, move one blue cube from the yellow tray to the blue tray.")
+    assert world.calls == ["get_objects_state()", "take(yellow_cube_1)", "put(table)", "take(blue_cube_1)",
+                           "put(blue_tray)", "take(blue_cube_2)", "put(blue_tray)"]
+    assert answer.startswith("Done.")
+
+
+def test_a_priority_rule_in_memory_orders_the_sort_until_it_is_forgotten() -> None:
+    rule = "Each time I ask you to sort cubes, you must always sort all red cubes first."
+    world = mixed()
+    episode(world, "Sort all cubes by color: put each cube in the tray matching its color.", memory_list=[rule])
+    takes = [c for c in world.calls if c.startswith("take")]
+    assert takes[:4] == ["take(red_cube_1)", "take(red_cube_2)", "take(red_cube_3)", "take(red_cube_4)"]
+    world = mixed()
+    episode(world, "Sort all cubes by color: put each cube in the tray matching its color.",
+            memory_list=[rule, "Forget about always sorting red cubes first."])
+    assert world.calls[1] == "take(white_cube_1)"
+
+
+def test_a_refused_take_makes_the_agent_look_again_instead_of_repeating_it() -> None:
+    world = mixed()
+    eng_calls = []
+    real_run = world.run
+
+    def run(name: str, arguments: dict) -> tuple[bool, str]:
+        eng_calls.append(name)
+        if name == "take" and eng_calls.count("take") == 1:
+            world.calls.append(f"take({arguments['name']})")
+            return False, "The grasp failed."  # the scene did not change; the agent must not assume it did
+        return real_run(name, arguments)
+
+    world.run = run  # type: ignore[method-assign]
+    episode(world, "Sort all cubes by color: put each cube in the tray matching its color.")
+    assert world.calls[:3] == ["get_objects_state()", "take(white_cube_1)", "get_objects_state()"]
+    assert world.places["table"] == []
+
+
+def test_requests_outside_the_known_forms_go_to_the_model() -> None:
+    asked = []
+
+    def commander(req: GenerationRequest):
+        asked.append(req.component)
+        return ['{"say": "I cannot do that."}'] * req.n
+
+    world = mixed()
+    answer, _ = episode(world, "Arrange the cubes so each tray holds the cubes of the other tray's color.",
+                        respond=commander)
+    assert world.calls == ["get_objects_state()"]  # it still looks before anything else
+    assert asked and answer == "I cannot do that."
+
+
+@pytest.mark.parametrize(("phrase", "expected"), [
+    ("the yellow tray", "yellow_tray"), ("table", "table"), ("the blue trays", "blue_tray"), ("the shelf", None),
+])
+def test_place_phrases_resolve_to_reported_places(phrase: str, expected: str | None) -> None:
+    assert place_named(phrase, ["table", "yellow_tray", "blue_tray"]) == expected
+
+
+def test_goal_reading_and_next_steps_are_pure() -> None:
+    scene = read_scene("table contains white_cube_1, red_cube_1. white_tray contains red_cube_2. red_tray contains "
+                       "no cube.")
+    assert scene == {"table": ["white_cube_1", "red_cube_1"], "white_tray": ["red_cube_2"], "red_tray": []}
+    assert read_scene("The action has completed.") is None
+    goal = read_goal("Sort the cubes by color. Leave 1 red cube on the table.", [], scene)
+    assert goal is not None and goal.sort and goal.keep == [(1, frozenset({"red", "cube"}), "table")]
+    assert targets(goal, scene, None) == {"white_cube_1": "white_tray", "red_cube_1": "table", "red_cube_2": "red_tray"}
+    assert next_step(goal, scene, None, 0, set()).value == "white_cube_1"
+    assert next_step(goal, scene, "white_cube_1", 0, set()).value == "white_tray"
+    assert read_goal("Swap the cubes between the trays so they are sorted the opposite way.", [], scene) is None
+    assert read_goal("Move two red cubes from the garage to the table.", [], scene) is None  # unknown place
+    assert words("Boxes of glasses") == {"box", "glass"}
