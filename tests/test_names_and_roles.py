@@ -61,7 +61,7 @@ def test_policy_narrows_take_to_reported_objects_and_put_to_the_matching_place()
         return ['{"tool_calls": [{"robot": "panda", "name": "put", "arguments": {"target": "blue_tray"}}]}']
 
     engine = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
-    memory = {"history": [], "lava": {"task": {"intent": "act", "request": "Sort all cubes by color.",
+    memory = {"history": [], "lava": {"task": {"intent": "act", "request": "Tidy up the cubes.",
                                                "pending": [{"robot": "panda", "name": "get_objects_state",
                                                             "arguments": {}}]}}}
 

@@ -201,3 +201,71 @@ def test_goal_reading_and_next_steps_are_pure() -> None:
     assert read_goal("Swap the cubes between the trays so they are sorted the opposite way.", [], scene) is None
     assert read_goal("Move two red cubes from the garage to the table.", [], scene) is None  # unknown place
     assert words("Boxes of glasses") == {"box", "glass"}
+
+
+COLOR_TOOLS = [
+    {"name": "get_objects_state", "description": "Return the description and position of all detected objects.",
+     "arguments": {}},
+    {"name": "take", "description": "Take a cube of a given color from a location.",
+     "arguments": {"obj_color": {"description": "The color of the cube to take.", "type": "str"},
+                   "source": {"description": "The location containing the cube.", "type": "str"}}},
+    {"name": "put", "description": "Put the held cube on the table or in a color tray.",
+     "arguments": {"target": {"description": "Use table or a tray name such as white_tray.", "type": "str"}}},
+]
+COLORS = {"known_tray_color": ["white", "green"], "known_robots": ["panda"], "robot_statuses": {"panda": "FREE"}}
+
+
+def turn(eng: Engine, instruction: dict, memory: dict) -> dict:
+    entry = user_input(instruction["content"], memory=memory, tools=COLOR_TOOLS, attributes=COLORS)
+    entry["instruction"] = instruction
+    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+    return out
+
+
+def feedback(robot: str, name: str, arguments: dict, ok: bool, message: str) -> dict:
+    verb = "succeed" if ok else "failed"
+    return {"type": "env", "content": json.dumps({
+        "infos": f"{robot}: {name} {verb} with message: {message}",
+        "previous_tool_call": {robot: {"name": name, "arguments": arguments}}})}
+
+
+def test_any_failed_call_is_followed_by_a_look_and_locations_take_reported_places() -> None:
+    # color_sorting-001 of a real run: take(obj_color=white, source=white) failed three times in a row.
+    schemas = []
+
+    def commander(req: GenerationRequest):
+        schemas.append(req.json_schema)
+        return ['{"tool_calls": [{"robot": "panda", "name": "take", '
+                '"arguments": {"obj_color": "white", "source": "white"}}]}'] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    request = ("Arrange the cubes so the two trays contain matching opposite groups: each tray should contain the "
+               "same number of cubes from the other tray's color.")
+    out = turn(eng, {"type": "user", "content": request}, {"history": []})
+    assert out["output"]["tool_calls"][0]["name"] == "get_objects_state"  # it looks before guessing names
+    out = turn(eng, feedback("panda", "get_objects_state", {}, True,
+                             "table contains 1 white cube, 1 green cube. white_tray contains 3 green cubes. "
+                             "green_tray contains 2 white cubes, 1 green cube."), out["memory"])
+    take = out["output"]["tool_calls"][0]
+    assert take["name"] == "take"
+    sources = json.dumps(schemas[-1])
+    assert '"enum": ["table", "white_tray", "green_tray"]' in sources  # a colour is not a location
+    out = turn(eng, feedback("panda", "take", take["arguments"], False, "There is no location named white."),
+               out["memory"])
+    assert out["output"]["tool_calls"][0]["name"] == "get_objects_state"  # look again, do not repeat
+    assert len(schemas) == 1
+
+
+def test_the_call_that_just_failed_is_not_proposed_again() -> None:
+    failed = {"robot": "panda", "name": "take", "arguments": {"obj_color": "white", "source": "table"}}
+
+    def commander(req: GenerationRequest):
+        return [json.dumps({"tool_calls": [failed]})] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    # Three failures in a row: lava stops forcing looks and lets the model choose, but never the same call.
+    memory = {"history": [], "lava": {"task": {"intent": "act", "request": "Move the cubes.", "failures_in_row": 2,
+                                               "observations": ["get_objects_state: table contains 1 white cube."],
+                                               "pending": [failed]}}}
+    out = turn(eng, feedback("panda", "take", failed["arguments"], False, "The grasp failed."), memory)
+    assert out["output"]["tool_calls"][0]["name"] == "get_objects_state"

@@ -37,13 +37,15 @@ from .demos import pick_and_place_demo, roles
 from .goals import next_step, read_goal
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
-from .names import contents, known_names, parameter_enums
+from .names import containers, contents, description_words, identifiers, known_names, parameter_enums
 from .task_state import Intent, TaskState, argument_values, mentioned, one_dimensional, remaining, vocabulary
 
 HISTORY_WINDOW = 12
 _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)
 DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
 RESAMPLE_ROUNDS = 2
+_TAKE_LIKE = re.compile(r"\b(take|pick|grab|grasp|lift|fetch)", re.I)
+_LOCATION = re.compile(r"locat|place|source|target|destination|where|tray|container|zone|area|shelf|bin\b", re.I)
 _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
                "does not exist", "doesn't exist", "not found", "sorry", "no more", "anymore")
 
@@ -150,17 +152,14 @@ class MagmaPolicy(Policy):
         when the model should decide."""
         observe, take, put = roles(situation.toolbox)
         robots = situation.toolbox.robots or ("robot",)
-        if take is None or put is None or len(robots) > 1 or state.failures_in_row >= 3:
+        if len(robots) > 1 or state.failures_in_row >= 3:
             return None
         robot = robots[0]
-        looked_last = bool(state.done_calls) and observe is not None and state.done_calls[-1]["name"] == observe.name \
-            and not state.last_failed
-        refused = state.last_failed and any(c["name"] in (take.name, put.name) for c in state.pending_failed)
-        if observe is not None and (state.scene is None or refused) and not looked_last:
-            # Looking first costs one call; acting on names that do not exist costs the stage.
-            return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
-        if state.scene is None:
+        if (look := self.look(situation, state)) is not None:
+            return look
+        if take is None or put is None or state.scene is None:
             return None
+        looked_last = self.looked_last(situation, state)
         goal = read_goal(state.request, [*situation.memory.memory_list, *state.rules], state.scene)
         if goal is None:
             return None
@@ -176,6 +175,28 @@ class MagmaPolicy(Policy):
         tool = take if step.action == "take" else put
         return AgentDecision(tool_calls=[ToolCall(name=tool.name, arguments={tool.params[0].name: step.value},
                                                   target_robot_name=robot)])
+
+    @staticmethod
+    def looked_last(situation: Situation, state: TaskState) -> bool:
+        observe = roles(situation.toolbox)[0]
+        return (observe is not None and bool(state.done_calls) and not state.last_failed
+                and state.done_calls[-1]["name"] == observe.name)
+
+    def look(self, situation: Situation, state: TaskState) -> AgentDecision | None:
+        """An observation call, when acting now would be guessing: nothing has been observed yet
+        and the tools act on named objects, or a call just failed (the names were wrong, or the
+        scene is not what lava believed). Looking costs one call; a wrong name costs the stage."""
+        observe = roles(situation.toolbox)[0]
+        robots = situation.toolbox.robots or ("robot",)
+        if observe is None or len(robots) > 1 or state.failures_in_row >= 3 or self.looked_last(situation, state):
+            return None
+        acts_on_objects = any(t.params and _TAKE_LIKE.search(t.name.replace("_", " ") + " " + t.description)
+                              for t in situation.toolbox.tools)
+        unseen = not state.observations and state.scene is None and acts_on_objects
+        refused = state.last_failed and any(c["name"] != observe.name for c in state.pending_failed)
+        if not (unseen or refused):
+            return None
+        return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robots[0])])
 
     # -- the commander's view ----------------------------------------------------------------
 
@@ -281,6 +302,19 @@ class MagmaPolicy(Policy):
                     if isinstance(value, str):
                         exclude.setdefault(tool.name, set()).add(value)
         enums = parameter_enums(situation.toolbox, names, exclude=exclude)
+        places = containers(results)
+        if places:
+            # A parameter that names a location takes a place the robots reported (or one its own
+            # description names), not a colour or an object.
+            for tool in situation.toolbox.tools:
+                for param in tool.params:
+                    if param.json_type == "string" and _LOCATION.search(f"{param.name} {param.description}"):
+                        own = [w for w in [*identifiers(param.description), *description_words(param.description)]
+                               if w in places or "_" in w or w.lower() == "table"]
+                        allowed = [v for v in dict.fromkeys([*places, *own])
+                                   if v not in exclude.get(tool.name, set())]
+                        if allowed:
+                            enums.setdefault(tool.name, {})[param.name] = allowed
         movable = contents(results) - exclude.get(take.name, set()) if take is not None and put is not None else set()
         if movable and take is not None:
             # Only what the robots reported as lying somewhere can be taken.
@@ -371,12 +405,25 @@ class MagmaPolicy(Policy):
                 error = proposal.error or CandidateError("no decision", component=self.name)
                 results.append(CandidateResult.failed(error, steps, proposal.usage))
                 continue
-            decision = proposal.decision
+            decision = self.not_again(situation, state, proposal.decision)
             completes = decision.say and not decision.tool_calls and state.intent == "act" and state.done
             if completes and not any(word in decision.say.lower() for word in _IMPOSSIBLE):
                 decision = AgentDecision(say=completion_message(state))
             results.append(self.result(situation, state, decision, steps, memory, usage=proposal.usage))
         return results
+
+    def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:
+        """The exact calls that just failed would fail the same way: look instead, when lava can."""
+        if not state.last_failed or not state.pending_failed or not decision.tool_calls:
+            return decision
+        failed = {(c["robot"], c["name"], json.dumps(c.get("arguments") or {}, sort_keys=True))
+                  for c in state.pending_failed}
+        proposed = {(c.target_robot_name, c.name, json.dumps(c.arguments, sort_keys=True)) for c in decision.tool_calls}
+        observe = roles(situation.toolbox)[0]
+        if proposed <= failed and observe is not None and not self.looked_last(situation, state):
+            robot = decision.tool_calls[0].target_robot_name
+            return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
+        return decision
 
     # -- coaching (lava.coaching.reinjection): a corrected decision lands in the task state too --
 

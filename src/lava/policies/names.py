@@ -40,6 +40,12 @@ def contents(texts: Sequence[str]) -> set[str]:
     return found
 
 
+def containers(texts: Sequence[str]) -> list[str]:
+    """Names reported as holding things ("white_tray contains ..."): the places of the scene."""
+    return list(dict.fromkeys(m.group(1) for text in texts for m in _CONTAINER.finditer(text)
+                              if m.group(1).lower() not in _STOP))
+
+
 def identifiers(text: str) -> list[str]:
     return [m.group(0) for m in _IDENTIFIER.finditer(text)]
 
@@ -87,4 +93,5 @@ def parameter_enums(toolbox: ToolBox, names: Sequence[str], *, exclude: Mapping[
     return enums
 
 
-__all__ = ["attribute_values", "contents", "description_words", "identifiers", "known_names", "parameter_enums"]
+__all__ = ["attribute_values", "containers", "contents", "description_words", "identifiers", "known_names",
+           "parameter_enums"]
