@@ -216,7 +216,8 @@ COLORS = {"known_tray_color": ["white", "green"], "known_robots": ["panda"], "ro
 
 
 def turn(eng: Engine, instruction: dict, memory: dict) -> dict:
-    entry = user_input(instruction["content"], memory=memory, tools=COLOR_TOOLS, attributes=COLORS)
+    entry = user_input(instruction["content"], memory=memory, tools=COLOR_TOOLS, attributes=COLORS,
+                       extra_keys={"inference_mode": True})  # greedy, as MAGMA-BENCH asks
     entry["instruction"] = instruction
     (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
     return out
@@ -269,3 +270,31 @@ def test_the_call_that_just_failed_is_not_proposed_again() -> None:
                                                "pending": [failed]}}}
     out = turn(eng, feedback("panda", "take", failed["arguments"], False, "The grasp failed."), memory)
     assert out["output"]["tool_calls"][0]["name"] == "get_objects_state"
+
+
+def test_a_refused_call_is_shown_and_redrawn_after_the_look() -> None:
+    refused = {"robot": "panda", "name": "take", "arguments": {"obj_color": "white", "source": "white_tray"}}
+    better = {"robot": "panda", "name": "take", "arguments": {"obj_color": "white", "source": "green_tray"}}
+    requests = []
+
+    def commander(req: GenerationRequest):
+        requests.append(req)
+        if req.greedy:
+            return [json.dumps({"tool_calls": [refused]})] * req.n  # what greedy decoding keeps choosing
+        return ([json.dumps({"tool_calls": [refused]}), json.dumps({"tool_calls": [better]})] * req.n)[:req.n]
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    memory = {"history": [], "lava": {"task": {"intent": "act", "request": "Move the cubes.",
+                                               "observations": ["get_objects_state: table contains 1 white cube."],
+                                               "pending": [refused]}}}
+    out = turn(eng, feedback("panda", "take", refused["arguments"], False,
+                             "There is no white cube instance in white_tray."), memory)
+    look = out["output"]["tool_calls"][0]
+    assert look["name"] == "get_objects_state" and not requests
+    out = turn(eng, feedback("panda", "get_objects_state", {}, True,
+                             "table contains no cube. green_tray contains 2 white cubes."), out["memory"])
+    assert out["output"]["tool_calls"][0] == {"name": "take", "arguments": better["arguments"],
+                                              "target_robot_name": "panda"}
+    assert "panda.take(obj_color=white, source=white_tray): There is no white cube instance in white_tray." in \
+        requests[0].messages[-1].content
+    assert [r.greedy for r in requests] == [True, False]

@@ -41,11 +41,12 @@ class Commander:
         self.component = component
 
     def request(self, situation: Situation, messages: Sequence[Message], n: int,
-                schema: Mapping[str, Any] | None, *, max_tokens: int | None = None) -> GenerationRequest:
+                schema: Mapping[str, Any] | None, *, max_tokens: int | None = None,
+                sample: bool = False) -> GenerationRequest:
         return GenerationRequest(
             messages=tuple(messages),
             n=n,
-            greedy=situation.greedy,
+            greedy=situation.greedy and not sample,
             temperature=self.settings.temperature,
             max_tokens=max_tokens or self.settings.max_tokens,
             seed=self.settings.seed,
@@ -64,8 +65,9 @@ class Commander:
         input_elements: dict[str, Any],
         first_step: int = 0,
         seed_offset: int = 0,
+        sample: bool = False,
     ) -> list[Proposal]:
-        request = self.request(situation, messages, n, schema)
+        request = self.request(situation, messages, n, schema, sample=sample)
         if seed_offset and request.seed is not None:
             request = replace(request, seed=request.seed + seed_offset)
         started = time.perf_counter()

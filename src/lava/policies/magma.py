@@ -38,12 +38,22 @@ from .goals import next_step, read_goal
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import containers, contents, description_words, identifiers, known_names, parameter_enums
-from .task_state import Intent, TaskState, argument_values, mentioned, one_dimensional, remaining, vocabulary
+from .task_state import (
+    Intent,
+    TaskState,
+    argument_values,
+    call_text,
+    mentioned,
+    one_dimensional,
+    remaining,
+    vocabulary,
+)
 
 HISTORY_WINDOW = 12
 _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)
 DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
 RESAMPLE_ROUNDS = 2
+REDRAWS = 3  # draws per candidate that repeated a refused call
 _TAKE_LIKE = re.compile(r"\b(take|pick|grab|grasp|lift|fetch)", re.I)
 _LOCATION = re.compile(r"locat|place|source|target|destination|where|tray|container|zone|area|shelf|bin\b", re.I)
 _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
@@ -215,7 +225,7 @@ class MagmaPolicy(Policy):
                       observations=state.observations, request=state.request or situation.instruction.content,
                       done=shown, done_before=f"{sum(older.values())} earlier steps: {before}" if older else "",
                       done_offset=len(state.done) - len(shown), last_feedback=state.last_feedback, left=left, ask=ask,
-                      holding=held, matches=matches,
+                      holding=held, matches=matches, failed=[f"{call_text(c)}: {c['message']}" for c in state.failed],
                       holding_known=take is not None and put is not None and bool(state.done_calls))
         return [Message("system", system), Message("user", user)]
 
@@ -243,6 +253,27 @@ class MagmaPolicy(Policy):
                                                  input_elements=elements, first_step=first_step)
         if not situation.greedy and situation.n > 1:
             proposals = await self.distinct(situation, messages, schema, elements, proposals, first_step)
+        if state.failed:
+            proposals = await self.fresh(situation, state, messages, schema, elements, proposals, first_step)
+        return proposals
+
+    async def fresh(self, situation: Situation, state: TaskState, messages: list[Message], schema: dict[str, Any],
+                    elements: dict[str, Any], proposals: list[Proposal], first_step: int) -> list[Proposal]:
+        """A candidate that repeats a refused call is sampled again (greedy decoding would only
+        give it back): a few draws, the first one that tries something new is kept."""
+        for round_number in range(1, RESAMPLE_ROUNDS + 1):
+            repeats = [i for i, proposal in enumerate(proposals)
+                       if proposal.decision is not None and state.repeats_failure(proposal.decision)]
+            if not repeats:
+                break
+            draws = await self.commander.propose(situation, messages, REDRAWS * len(repeats), schema=schema,
+                                                 input_elements=elements, first_step=first_step, sample=True,
+                                                 seed_offset=104729 * round_number)
+            usable = iter(d for d in draws if d.decision is not None and not state.repeats_failure(d.decision))
+            for index in repeats:
+                replacement = next(usable, None)
+                if replacement is not None:
+                    proposals[index] = replacement
         return proposals
 
     async def distinct(self, situation: Situation, messages: list[Message], schema: dict[str, Any],
@@ -414,13 +445,8 @@ class MagmaPolicy(Policy):
 
     def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:
         """The exact calls that just failed would fail the same way: look instead, when lava can."""
-        if not state.last_failed or not state.pending_failed or not decision.tool_calls:
-            return decision
-        failed = {(c["robot"], c["name"], json.dumps(c.get("arguments") or {}, sort_keys=True))
-                  for c in state.pending_failed}
-        proposed = {(c.target_robot_name, c.name, json.dumps(c.arguments, sort_keys=True)) for c in decision.tool_calls}
         observe = roles(situation.toolbox)[0]
-        if proposed <= failed and observe is not None and not self.looked_last(situation, state):
+        if state.repeats_failure(decision) and observe is not None and not self.looked_last(situation, state):
             robot = decision.tool_calls[0].target_robot_name
             return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
         return decision

@@ -28,6 +28,7 @@ MAX_DONE = 40
 MAX_EARLIER = 4
 MAX_OBSERVATIONS = 3
 MAX_RULES = 20
+MAX_FAILED = 6
 
 _RESULT = re.compile(r"^\s*(?P<robot>[^:]+?):\s*(?P<tool>\S+)\s+(?P<status>succeed|succeeded|failed)\s+with message:\s*"
                      r"(?P<message>.*)$", re.IGNORECASE)
@@ -46,6 +47,10 @@ def call_text(call: ToolCall | Mapping[str, Any]) -> str:
     inner = ", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
                       for key, value in arguments.items())
     return f"{robot}.{name}({inner})"
+
+
+def _call_key(call: Mapping[str, Any]) -> str:
+    return json.dumps([call.get("robot"), call.get("name"), call.get("arguments") or {}], sort_keys=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,8 @@ class TaskState:
     # Pick-and-place: where things are (see scene.py) and what the gripper holds, across requests.
     scene: dict[str, list[str]] | None = None
     held: str | None = None
+    # Calls refused since the world last changed, with the reason: never worth repeating.
+    failed: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
@@ -111,6 +118,7 @@ class TaskState:
         self.done, self.done_calls, self.pending = [], [], []
         self.last_failed, self.failures_in_row = False, 0
         self.plan = None
+        self.failed = []
 
     def remember_rule(self, text: str) -> None:
         if _FORGET.search(text):
@@ -135,6 +143,9 @@ class TaskState:
             call = pending.get(result.robot)
             if not result.ok and call is not None:
                 self.pending_failed = [*self.pending_failed, call]
+                self.failed = [*self.failed, {**call, "message": result.message[:200]}][-MAX_FAILED:]
+            if result.ok and call is not None and (tool := toolbox.get(call["name"])) is not None and tool.params:
+                self.failed = []  # something moved: what failed before may work now
             if result.ok and call is not None:
                 self.done = [*self.done, call_text(call)][-MAX_DONE:]
                 self.done_calls = [*self.done_calls, call][-MAX_DONE:]
@@ -174,6 +185,14 @@ class TaskState:
             if self.scene is not None and self.held:
                 self.scene = scenes.put(self.scene, self.held, value)
             self.held = None
+
+    def repeats_failure(self, decision: AgentDecision) -> bool:
+        """Whether every call of the decision is one that was refused since the world last changed."""
+        if not decision.tool_calls or not self.failed:
+            return False
+        refused = {_call_key(c) for c in self.failed}
+        return all(_call_key({"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}) in refused
+                   for c in decision.tool_calls)
 
     def launched(self, decision: AgentDecision) -> None:
         self.pending = [{"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}
