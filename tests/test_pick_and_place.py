@@ -298,3 +298,99 @@ def test_a_refused_call_is_shown_and_redrawn_after_the_look() -> None:
     assert "panda.take(obj_color=white, source=white_tray): There is no white cube instance in white_tray." in \
         requests[0].messages[-1].content
     assert [r.greedy for r in requests] == [True, False]
+
+
+STORAGE_TOOLS = [
+    {"name": "detect", "description": "Detect the objects and where they are.", "arguments": {}},
+    {"name": "take", "description": "Take an object.", "arguments": {"name": {"type": "str"}}},
+    {"name": "put", "description": "Put the held object somewhere.",
+     "arguments": {"target": {"description": "The location.", "type": "str"}}},
+]
+
+
+def test_clearing_a_place_takes_what_is_there_and_never_puts_it_back() -> None:
+    # table_cleaning of a real run: single-word names ("sponge") and the model put goblet_2 back on the table.
+    world = CubeWorld({"table": ["goblet_2", "sponge"], "food_storage": ["mango_1"], "dish_storage": ["mug_2"]})
+    schemas = []
+
+    def commander(req: GenerationRequest):
+        schemas.append(req.json_schema)
+        return ['{"tool_calls": [{"robot": "panda", "name": "put", "arguments": {"target": "dish_storage"}}]}'] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    memory: dict = {"history": []}
+    instruction = {"type": "user", "content": "Remove all objects from the table."}
+    for _ in range(8):
+        entry = user_input(instruction["content"], memory=memory, tools=STORAGE_TOOLS,
+                           attributes={"known_robots": ["panda"]}, extra_keys={"inference_mode": True})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        memory, decision = out["memory"], out["output"]
+        if not decision["tool_calls"]:
+            break
+        (call,) = decision["tool_calls"]
+        name = "get_objects_state" if call["name"] == "detect" else call["name"]
+        ok, message = world.run(name, call["arguments"])
+        instruction = feedback("panda", call["name"], call["arguments"], ok, message)
+    assert world.places["table"] == []
+    assert world.calls == ["get_objects_state()", "take(goblet_2)", "put(dish_storage)", "take(sponge)",
+                           "put(dish_storage)"]
+    put_targets = json.dumps(schemas[0])
+    assert '"dish_storage"' in put_targets and '"food_storage"' in put_targets and '"table"' not in put_targets
+    assert decision["say"].startswith("Done.")
+
+
+def test_scenes_are_lists_of_names_only() -> None:
+    assert read_scene("this is the position of existing object : table contain goblet_2, sponge. food_storage "
+                      "contain orange_2 and mango_1.") == {"table": ["goblet_2", "sponge"],
+                                                           "food_storage": ["orange_2", "mango_1"]}
+    assert read_scene("table contains 1 white cube, 1 green cube. white_tray contains 3 green cubes.") is None
+
+
+COFFEE_TOOLS = [
+    {"name": "place_mug", "description": "Place the mug under the machine.", "arguments": {}},
+    {"name": "insert_capsule", "description": "Load a capsule.",
+     "arguments": {"name": {"description": "Capsule kind: black, white or milky.", "type": "str"}}},
+    {"name": "press_start", "description": "Start the coffee machine.", "arguments": {}},
+]
+
+
+def coffee(eng: Engine, instruction: dict, memory: dict) -> dict:
+    entry = user_input(instruction["content"], memory=memory, tools=COFFEE_TOOLS,
+                       attributes={"known_robots": ["panda"]}, extra_keys={"inference_mode": True})
+    entry["instruction"] = instruction
+    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+    return out
+
+
+def test_a_request_for_something_the_user_said_is_gone_is_answered_in_words() -> None:
+    capsule = '{"tool_calls": [{"robot": "panda", "name": "insert_capsule", "arguments": {"name": "milky"}}]}'
+    asked = []
+
+    def commander(req: GenerationRequest):
+        asked.append(req.component)
+        return [capsule] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    memory = {"history": [], "memory_list": ["There is no black coffee anymore."]}
+    out = coffee(eng, {"type": "user", "content": "Hello! Can you make me a black coffee please"}, memory)
+    assert out["output"] == {"say": "Sorry, I cannot do that: There is no black coffee anymore.", "tool_calls": []}
+    assert not asked
+    out = coffee(eng, {"type": "user", "content": "Now make me a milky coffee please."}, out["memory"])
+    assert out["output"]["tool_calls"][0]["name"] == "insert_capsule"  # what is not gone is still made
+
+
+def test_the_call_that_just_succeeded_is_not_repeated_by_greedy_decoding() -> None:
+    # make_coffee of a real run: insert_capsule(milky) four times in a row until the budget ran out.
+    capsule = '{"tool_calls": [{"robot": "panda", "name": "insert_capsule", "arguments": {"name": "milky"}}]}'
+    start = '{"tool_calls": [{"robot": "panda", "name": "press_start", "arguments": {}}]}'
+
+    def commander(req: GenerationRequest):
+        return [capsule] * req.n if req.greedy else ([capsule, start] * req.n)[:req.n]
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    out = coffee(eng, {"type": "user", "content": "Please make a milky coffee."}, {"history": []})
+    assert out["output"]["tool_calls"][0]["name"] == "insert_capsule"
+    out = coffee(eng, feedback("panda", "insert_capsule", {"name": "milky"}, True, "You have loaded a milky capsule."),
+                 out["memory"])
+    assert out["output"]["tool_calls"][0]["name"] == "press_start"

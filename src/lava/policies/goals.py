@@ -37,6 +37,10 @@ _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|mismatch\w*|wrong)\b", re.
 _FIRST = re.compile(rf"\b(?:sort|move|handle|place|put|do)\s+(?:all\s+)?(?:the\s+)?(?P<what>{_PHRASE})\s+first\b",
                     re.IGNORECASE)
 _FORGET = re.compile(r"\b(forget|ignore|drop|no longer|stop)\b", re.IGNORECASE)
+_CLEAR = re.compile(rf"\b(?:remove|clear|take|empty)\s+(?:(?:all|every|each)\s+(?:of\s+)?(?:the\s+)?(?:[a-z]+\s+)?"
+                    rf"(?:from|off)\s+)?(?:the\s+)?(?P<place>{_PHRASE}){_END}", re.IGNORECASE)
+_GONE = re.compile(r"\b(?:there (?:is|are) no|no more|out of|ran out of|run out of)\s+(?P<what>[a-z][\w\s-]*?)"
+                   r"\s*(?:\bleft\b|\banymore\b|\bany more\b|\bavailable\b|\bin stock\b|[.,;!]|$)", re.IGNORECASE)
 
 
 def words(text: str) -> set[str]:
@@ -71,6 +75,7 @@ class Goal:
     sort: bool = False
     keep: list[tuple[int, frozenset[str], str]] = field(default_factory=list)
     first: frozenset[str] | None = None
+    clear: str | None = None  # a place to empty; where each object goes is the model's choice
 
 
 def place_named(phrase: str, places: Iterable[str]) -> str | None:
@@ -97,6 +102,8 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal
         moves += [Move(frozenset(words(match["what"])), source, target)] * _count(match["count"])
     if moves:
         return Goal(moves=moves)
+    if (phrase := cleared(request)) is not None and (place := place_named(phrase, places)) is not None:
+        return Goal(clear=place)
     if not _SORT.search(request) or _CONTRARY.search(request):
         return None
     goal = Goal(sort=True)
@@ -112,6 +119,24 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal
         elif _FORGET.search(rule) and goal.first and goal.first <= words(rule):
             goal.first = None  # "Forget about always sorting blue cubes first."
     return goal
+
+
+def cleared(request: str) -> str | None:
+    """The place a request asks to empty ("Remove all objects from the table" -> "table")."""
+    match = _CLEAR.search(request)
+    if match is None or not re.search(r"\b(?:from|off)\b|\bclear\b|\bempty\b", match.group(0), re.IGNORECASE):
+        return None
+    return match["place"]
+
+
+def unavailable(rules: Sequence[str], request: str) -> str | None:
+    """A rule saying that something the request needs is gone ("There is no black coffee anymore")."""
+    wanted = words(request)
+    for rule in reversed(rules):
+        match = _GONE.search(rule)
+        if match and (gone := words(match["what"])) and gone <= wanted:
+            return rule
+    return None
 
 
 def _matches(what: frozenset[str], thing: str) -> bool:
@@ -159,6 +184,11 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         fitting = [t for t in scene.get(move.source or "", []) if _matches(move.what, t) and t not in moved]
         fitting = fitting or [t for t in scene.get(move.source or "", []) if _matches(move.what, t)]
         return Step("take", fitting[0]) if fitting else None
+    if goal.clear is not None:
+        if held:
+            return Step("put")
+        left = list(scene.get(goal.clear, []))
+        return Step("take", left[0]) if left else Step("done")
     wanted = targets(goal, scene, held)
     if held:
         return Step("put", wanted[held]) if held in wanted else None
@@ -168,4 +198,5 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
     return Step("take", misplaced[0]) if misplaced else Step("done")
 
 
-__all__ = ["Goal", "Move", "Step", "home", "next_step", "place_named", "read_goal", "targets", "words"]
+__all__ = ["Goal", "Move", "Step", "cleared", "home", "next_step", "place_named", "read_goal", "targets", "unavailable",
+           "words"]

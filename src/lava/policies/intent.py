@@ -19,6 +19,9 @@ _ACT_VERBS = frozenset((
     "transfer", "carry", "fetch", "get", "open", "close", "turn", "insert", "add", "handle", "organize",
     "organise", "tidy", "empty", "discard", "throw", "mark", "label", "validate", "ship", "go", "use", "fix",
     "stack", "swap", "return", "detect", "scan", "inspect", "check", "cancel", "stop", "continue", "finish", "do",
+    "complete", "collect", "gather", "assemble", "build", "distribute", "dispatch", "wrap", "seal", "attach",
+    "heat", "brew", "pour", "lift", "replace", "hand", "give", "provide", "restock", "refill", "dry", "fold",
+    "hang", "separate", "combine", "mix", "lay", "position", "rearrange", "reorder", "shelve", "dispose",
 ))
 _FILLERS = ("ok", "okay", "good", "great", "perfect", "now", "then", "hey", "hello", "hi", "so", "and", "alright",
             "oh", "please", "pls", "kindly", "also", "first", "next", "finally", "just")

@@ -34,7 +34,7 @@ from ..tools import CANCEL_TOOL, ToolSpec
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import pick_and_place_demo, roles
-from .goals import next_step, read_goal
+from .goals import cleared, next_step, read_goal, unavailable
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import containers, contents, description_words, identifiers, known_names, parameter_enums
@@ -58,6 +58,10 @@ _TAKE_LIKE = re.compile(r"\b(take|pick|grab|grasp|lift|fetch)", re.I)
 _LOCATION = re.compile(r"locat|place|source|target|destination|where|tray|container|zone|area|shelf|bin\b", re.I)
 _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
                "does not exist", "doesn't exist", "not found", "sorry", "no more", "anymore")
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).translate(str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"}))
 
 
 def acknowledgement(text: str) -> str:
@@ -182,6 +186,8 @@ class MagmaPolicy(Policy):
             return None
         if step.action == "done":
             return AgentDecision(say=completion_message(state))
+        if step.value is None:
+            return None  # where it goes is the model's choice (see enums)
         tool = take if step.action == "take" else put
         return AgentDecision(tool_calls=[ToolCall(name=tool.name, arguments={tool.params[0].name: step.value},
                                                   target_robot_name=robot)])
@@ -253,23 +259,24 @@ class MagmaPolicy(Policy):
                                                  input_elements=elements, first_step=first_step)
         if not situation.greedy and situation.n > 1:
             proposals = await self.distinct(situation, messages, schema, elements, proposals, first_step)
-        if state.failed:
+        if state.failed or state.done_calls:
             proposals = await self.fresh(situation, state, messages, schema, elements, proposals, first_step)
         return proposals
 
     async def fresh(self, situation: Situation, state: TaskState, messages: list[Message], schema: dict[str, Any],
                     elements: dict[str, Any], proposals: list[Proposal], first_step: int) -> list[Proposal]:
-        """A candidate that repeats a refused call is sampled again (greedy decoding would only
-        give it back): a few draws, the first one that tries something new is kept."""
+        """A candidate that repeats a refused call, or the call that just succeeded, is sampled again
+        (greedy decoding would only give it back): a few draws, the first one that tries something
+        new is kept."""
         for round_number in range(1, RESAMPLE_ROUNDS + 1):
             repeats = [i for i, proposal in enumerate(proposals)
-                       if proposal.decision is not None and state.repeats_failure(proposal.decision)]
+                       if proposal.decision is not None and state.repeats(proposal.decision)]
             if not repeats:
                 break
             draws = await self.commander.propose(situation, messages, REDRAWS * len(repeats), schema=schema,
                                                  input_elements=elements, first_step=first_step, sample=True,
                                                  seed_offset=104729 * round_number)
-            usable = iter(d for d in draws if d.decision is not None and not state.repeats_failure(d.decision))
+            usable = iter(d for d in draws if d.decision is not None and not state.repeats(d.decision))
             for index in repeats:
                 replacement = next(usable, None)
                 if replacement is not None:
@@ -324,6 +331,9 @@ class MagmaPolicy(Policy):
                      if isinstance(v, str)}
             exclude[put.name] = taken | contents(results)  # things are put *into* places, not into things
             exclude[take.name] = set(taken)  # an object moved once in this task is where it belongs
+        if put is not None and state.request and (place := cleared(state.request)):
+            exclude.setdefault(put.name, set()).update(
+                p for p in names if p.lower().replace("_", " ") == place.lower())  # it is being emptied
         if state.last_failed and state.pending_failed:
             # The call that just failed, with the same value, would fail again.
             for call in state.pending_failed:
@@ -393,6 +403,12 @@ class MagmaPolicy(Policy):
                 decision = AgentDecision(say=acknowledgement(instruction.content))
                 return [self.result(situation, state, decision, shared_steps, memory) for memory in memories]
             state.start(intent, instruction.content)
+            gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
+            if intent == "act" and gone is not None:
+                # The user said it is gone; acting anyway fails the stage, saying so is the answer.
+                decision = AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}")
+                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                        for memory in memories]
         elif situation.feedback is not None:
             state.observe(situation.feedback, situation.toolbox)
 

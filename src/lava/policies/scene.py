@@ -12,13 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from .names import identifiers
-
 Scene = dict[str, list[str]]
 
 _PLACE = re.compile(r"(?:^|[.;:]\s*|\band\s+)(?P<place>[A-Za-z][A-Za-z0-9_\-]*)\s+(?:contains?|has|holds?)\s+"
                     r"(?P<things>[^.;\n]*)", re.IGNORECASE)
 _NOTHING = re.compile(r"^\s*(?:no|nothing|none|empty)\b", re.IGNORECASE)
+_ITEM = re.compile(r"^(?:the\s+|an?\s+)?([A-Za-z][A-Za-z0-9_\-]*)$", re.IGNORECASE)
 
 
 def read_scene(text: str) -> Scene | None:
@@ -26,7 +25,14 @@ def read_scene(text: str) -> Scene | None:
     scene: Scene = {}
     for match in _PLACE.finditer(text):
         things = match["things"]
-        scene[match["place"]] = [] if _NOTHING.match(things) else identifiers(things)
+        if _NOTHING.match(things):
+            scene[match["place"]] = []
+            continue
+        items = [item.strip() for item in re.split(r",|\band\b", things) if item.strip()]
+        names = [m.group(1) for item in items if (m := _ITEM.match(item))]
+        if len(names) != len(items):
+            return None  # counts ("2 white cubes") or descriptions: not a list of names
+        scene[match["place"]] = names
     if not scene or not any(scene.values()):
         return None
     return scene

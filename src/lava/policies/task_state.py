@@ -194,6 +194,17 @@ class TaskState:
         return all(_call_key({"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}) in refused
                    for c in decision.tool_calls)
 
+    def repeats(self, decision: AgentDecision) -> bool:
+        """A refused call again, or exactly the call that just succeeded (with arguments: loading the
+        same capsule twice never makes the second coffee)."""
+        if self.repeats_failure(decision):
+            return True
+        if len(decision.tool_calls) != 1 or not self.done_calls or self.last_failed:
+            return False
+        call, last = decision.tool_calls[0], self.done_calls[-1]
+        return bool(call.arguments) and _call_key(last) == _call_key(
+            {"robot": call.target_robot_name, "name": call.name, "arguments": call.arguments})
+
     def launched(self, decision: AgentDecision) -> None:
         self.pending = [{"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}
                         for c in decision.tool_calls]
