@@ -394,3 +394,47 @@ def test_the_call_that_just_succeeded_is_not_repeated_by_greedy_decoding() -> No
     out = coffee(eng, feedback("panda", "insert_capsule", {"name": "milky"}, True, "You have loaded a milky capsule."),
                  out["memory"])
     assert out["output"]["tool_calls"][0]["name"] == "press_start"
+
+
+WAREHOUSE_TOOLS = [
+    {"name": "cancel_current_action", "description": "Cancel the running action.", "arguments": {}},
+    {"name": "grab_object", "description": "Grab an object.", "arguments": {"obj": {"type": "str"}}},
+    {"name": "place_object_in_area", "description": "Place the held object in an area.",
+     "arguments": {"area_name": {"description": "The area.", "type": "str"}}},
+]
+
+
+def warehouse(eng: Engine, instruction: dict, memory: dict, statuses: dict) -> dict:
+    entry = user_input(instruction["content"], memory=memory, tools=WAREHOUSE_TOOLS,
+                       attributes={"known_robots": ["panda"], "robot_statuses": statuses},
+                       extra_keys={"inference_mode": True})
+    entry["instruction"] = instruction
+    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+    return out
+
+
+def test_cancel_is_offered_only_while_a_robot_is_busy_and_questions_get_words() -> None:
+    # warehouse_sorting of real runs: cancel_current_action three times with nothing running, and a
+    # grab_object call in answer to "do you know where ref_obj_1 must go?".
+    schemas = []
+
+    def commander(req: GenerationRequest):
+        schemas.append(json.dumps(req.json_schema))
+        return ['{"say": "ref_obj_1 goes to area2."}'] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    memory = {"history": [], "memory_list": ["ref_obj_1 goes to area2"]}
+    warehouse(eng, {"type": "user", "content": "Please launch a cycle."}, memory, {"panda": "FREE"})
+    warehouse(eng, {"type": "user", "content": "Please launch a cycle."}, memory, {"panda": "RUNNING"})
+    out = warehouse(eng, {"type": "user", "content": "Hello machine, do you know where ref_obj_1 must go?"}, memory,
+                    {"panda": "FREE"})
+    assert "cancel_current_action" not in schemas[0] and "grab_object" in schemas[0]
+    assert "cancel_current_action" in schemas[1]
+    assert "tool_calls" not in schemas[2]  # no observation tool here: a question gets text only
+    assert out["output"]["say"] == "ref_obj_1 goes to area2."
+
+
+def test_pronouns_in_results_are_not_names() -> None:
+    from lava.policies.names import containers, known_names
+    results = ["panda: grab_object succeed with message: You have a ref_obj_3 object in your gripper"]
+    assert "You" not in known_names({}, results, []) and containers(results) == []

@@ -372,8 +372,15 @@ class MagmaPolicy(Policy):
         """Tools that cannot be the right next call, left out of this turn's grammar:
         - a parameterless tool that just succeeded (it would only say the same again);
         - with take/put-like tools: everything but putting while an object is held, and putting
-          while nothing is."""
+          while nothing is;
+        - cancelling while no robot is busy (there is nothing to cancel);
+        - to answer a question, anything but looking (a question wants words, not actions)."""
         excluded: list[str] = []
+        if not situation.toolbox.busy:
+            excluded.append(CANCEL_TOOL)
+        if state.intent == "answer":
+            observe = roles(situation.toolbox)[0]
+            excluded += [t.name for t in situation.toolbox.tools if observe is None or t.name != observe.name]
         if state.done_calls and not state.last_failed:
             tool = situation.toolbox.get(state.done_calls[-1]["name"])
             if tool is not None and not tool.params:

@@ -24,7 +24,7 @@ a an the and or of to in on at for from with by as is are be been this that thes
 used using name names such example any one two all each every which what where when who whom whose
 can could should must may might will would object objects item items robot robots target targets
 location locations value values given listed list held hold into onto there here then than also only
-other some more most not no yes
+other some more most not no yes you your i me my we our they them their he she him her
 """.split())  # noqa: SIM905 (a word list reads better as text)
 
 
@@ -71,7 +71,7 @@ def known_names(attributes: Mapping[str, Any], texts: Sequence[str], user_texts:
     names = attribute_values(attributes)
     for text in texts:
         names += identifiers(text)
-        names += [m.group(1) for m in _CONTAINER.finditer(text)]
+        names += [m.group(1) for m in _CONTAINER.finditer(text) if m.group(1).lower() not in _STOP]
     for text in user_texts:
         names += identifiers(text)
         names += _CAPITALIZED.findall(text)
