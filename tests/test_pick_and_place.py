@@ -313,8 +313,11 @@ def test_clearing_a_place_takes_what_is_there_and_never_puts_it_back() -> None:
     world = CubeWorld({"table": ["goblet_2", "sponge"], "food_storage": ["mango_1"], "dish_storage": ["mug_2"]})
     schemas = []
 
+    prompts = []
+
     def commander(req: GenerationRequest):
         schemas.append(req.json_schema)
+        prompts.append(req.messages[-1].content)
         return ['{"tool_calls": [{"robot": "panda", "name": "put", "arguments": {"target": "dish_storage"}}]}'] * req.n
 
     eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
@@ -338,6 +341,8 @@ def test_clearing_a_place_takes_what_is_there_and_never_puts_it_back() -> None:
     put_targets = json.dumps(schemas[0])
     assert '"dish_storage"' in put_targets and '"food_storage"' in put_targets and '"table"' not in put_targets
     assert decision["say"].startswith("Done.")
+    # The model sees where things are now, not only the stale observation text.
+    assert "- table: sponge\n" in prompts[0] and "- in the gripper: goblet_2" in prompts[0]
 
 
 def test_scenes_are_lists_of_names_only() -> None:

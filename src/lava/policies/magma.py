@@ -38,6 +38,7 @@ from .goals import cleared, next_step, read_goal, unavailable
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import containers, contents, description_words, identifiers, known_names, parameter_enums
+from .scene import render_scene
 from .task_state import (
     Intent,
     TaskState,
@@ -231,7 +232,9 @@ class MagmaPolicy(Policy):
                       observations=state.observations, request=state.request or situation.instruction.content,
                       done=shown, done_before=f"{sum(older.values())} earlier steps: {before}" if older else "",
                       done_offset=len(state.done) - len(shown), last_feedback=state.last_feedback, left=left, ask=ask,
-                      holding=held, matches=matches, failed=[f"{call_text(c)}: {c['message']}" for c in state.failed],
+                      holding=held, matches=matches,
+                      scene=render_scene(state.scene, state.held) if state.scene else [],
+                      failed=[f"{call_text(c)}: {c['message']}" for c in state.failed],
                       holding_known=take is not None and put is not None and bool(state.done_calls))
         return [Message("system", system), Message("user", user)]
 
