@@ -443,3 +443,35 @@ def test_pronouns_in_results_are_not_names() -> None:
     from lava.policies.names import containers, known_names
     results = ["panda: grab_object succeed with message: You have a ref_obj_3 object in your gripper"]
     assert "You" not in known_names({}, results, []) and containers(results) == []
+
+
+def test_what_was_just_taken_is_not_put_back_where_it_was() -> None:
+    # packaging of a real run: take(chicken) from the table, put(table), and again for each item.
+    schemas = []
+
+    def commander(req: GenerationRequest):
+        schemas.append(json.dumps(req.json_schema))
+        if len(schemas) == 1:
+            return ['{"tool_calls": [{"robot": "panda", "name": "take", "arguments": {"name": "chicken"}}]}'] * req.n
+        return ['{"tool_calls": [{"robot": "panda", "name": "put", "arguments": {"target": "tray"}}]}'] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    detected = ("this is the position of existing object : the table contain ananas, apple, chicken, fish, juice, "
+                "and the tray is empty")
+    assert read_scene(detected) == {"table": ["ananas", "apple", "chicken", "fish", "juice"], "tray": []}
+    out = turn_in(eng, STORAGE_TOOLS, {"type": "user", "content": "I would like a tray containing chicken and fish."},
+                  {"history": []})
+    out = turn_in(eng, STORAGE_TOOLS, feedback("panda", "detect", {}, True, detected), out["memory"])
+    assert out["output"]["tool_calls"][0]["arguments"] == {"name": "chicken"}
+    out = turn_in(eng, STORAGE_TOOLS, feedback("panda", "take", {"name": "chicken"}, True,
+                                               "you have chicken in your gripper"), out["memory"])
+    assert '"enum": ["tray"]' in schemas[-1]  # the table it came from is not offered
+    assert out["output"]["tool_calls"][0]["arguments"] == {"target": "tray"}
+
+
+def turn_in(eng: Engine, tools: list, instruction: dict, memory: dict) -> dict:
+    entry = user_input(instruction["content"], memory=memory, tools=tools, attributes={"known_robots": ["panda"]},
+                       extra_keys={"inference_mode": True})
+    entry["instruction"] = instruction
+    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+    return out

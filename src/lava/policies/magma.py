@@ -334,6 +334,8 @@ class MagmaPolicy(Policy):
                      if isinstance(v, str)}
             exclude[put.name] = taken | contents(results)  # things are put *into* places, not into things
             exclude[take.name] = set(taken)  # an object moved once in this task is where it belongs
+        if put is not None and state.held and state.held_from:
+            exclude.setdefault(put.name, set()).add(state.held_from)  # putting it back would undo the take
         if put is not None and state.request and (place := cleared(state.request)):
             exclude.setdefault(put.name, set()).update(
                 p for p in names if p.lower().replace("_", " ") == place.lower())  # it is being emptied
@@ -346,7 +348,7 @@ class MagmaPolicy(Policy):
                     if isinstance(value, str):
                         exclude.setdefault(tool.name, set()).add(value)
         enums = parameter_enums(situation.toolbox, names, exclude=exclude)
-        places = containers(results)
+        places = list(dict.fromkeys([*(state.scene or {}), *containers(results)]))
         if places:
             # A parameter that names a location takes a place the robots reported (or one its own
             # description names), not a colour or an object.
@@ -363,6 +365,16 @@ class MagmaPolicy(Policy):
         if movable and take is not None:
             # Only what the robots reported as lying somewhere can be taken.
             enums[take.name] = {take.params[0].name: sorted(movable)}
+        if state.scene and take is not None and put is not None:
+            # The scene is the best account of what exists: objects are taken, places receive.
+            objects = [t for things in state.scene.values() for t in things if t not in exclude.get(take.name, set())]
+            if objects:
+                enums[take.name] = {take.params[0].name: sorted(set(objects))}
+            targets = [p for p in enums.get(put.name, {}).get(put.params[0].name, places) if p in places
+                       and p not in exclude.get(put.name, set())] or [p for p in places
+                                                                      if p not in exclude.get(put.name, set())]
+            if targets:
+                enums[put.name] = {put.params[0].name: targets}
         if narrow and put is not None and not _CONTRARY.search(" ".join(user)):
             matches = self.matching_places(situation, state, self.held(state, take, put), put)
             if len(matches) == 1:

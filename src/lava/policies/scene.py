@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 
 Scene = dict[str, list[str]]
 
-_PLACE = re.compile(r"(?:^|[.;:]\s*|\band\s+)(?P<place>[A-Za-z][A-Za-z0-9_\-]*)\s+(?:contains?|has|holds?)\s+"
-                    r"(?P<things>[^.;\n]*)", re.IGNORECASE)
+_PLACE = re.compile(r"(?:^|[.;:]\s*|\band\s+)(?:the\s+)?(?P<place>[A-Za-z][A-Za-z0-9_\-]*)\s+"
+                    r"contains?\s+(?P<things>[^.;\n]*)", re.IGNORECASE)
+_EMPTY = re.compile(r"(?:,\s*)?(?:\band\s+)?(?:the\s+)?\b(?P<place>[A-Za-z][A-Za-z0-9_\-]*)\s+(?:is|are)\s+empty\b",
+                    re.IGNORECASE)
 _NOTHING = re.compile(r"^\s*(?:no|nothing|none|empty)\b", re.IGNORECASE)
 _ITEM = re.compile(r"^(?:the\s+|an?\s+)?([A-Za-z][A-Za-z0-9_\-]*)$", re.IGNORECASE)
 
@@ -23,6 +25,8 @@ _ITEM = re.compile(r"^(?:the\s+|an?\s+)?([A-Za-z][A-Za-z0-9_\-]*)$", re.IGNORECA
 def read_scene(text: str) -> Scene | None:
     """The places and their objects in an observation, or None when it is not such a report."""
     scene: Scene = {}
+    empty = [m["place"] for m in _EMPTY.finditer(text)]
+    text = _EMPTY.sub(".", text)  # "..., pasta, and the tray is empty": two statements
     for match in _PLACE.finditer(text):
         things = match["things"]
         if _NOTHING.match(things):
@@ -35,6 +39,8 @@ def read_scene(text: str) -> Scene | None:
         scene[match["place"]] = names
     if not scene or not any(scene.values()):
         return None
+    for place in empty:
+        scene.setdefault(place, [])
     return scene
 
 

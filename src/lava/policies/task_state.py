@@ -91,6 +91,7 @@ class TaskState:
     # Pick-and-place: where things are (see scene.py) and what the gripper holds, across requests.
     scene: dict[str, list[str]] | None = None
     held: str | None = None
+    held_from: str | None = None  # where the held object was taken from: putting it back undoes the take
     # Calls refused since the world last changed, with the reason: never worth repeating.
     failed: list[dict[str, Any]] = field(default_factory=list)
 
@@ -179,12 +180,13 @@ class TaskState:
             return
         if take is not None and call["name"] == take.name:
             self.held = value
+            self.held_from = scenes.where(self.scene, value) if self.scene is not None else None
             if self.scene is not None:
                 self.scene = scenes.taken(self.scene, value)
         elif put is not None and call["name"] == put.name:
             if self.scene is not None and self.held:
                 self.scene = scenes.put(self.scene, self.held, value)
-            self.held = None
+            self.held = self.held_from = None
 
     def repeats_failure(self, decision: AgentDecision) -> bool:
         """Whether every call of the decision is one that was refused since the world last changed."""
