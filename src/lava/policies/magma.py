@@ -462,7 +462,10 @@ class MagmaPolicy(Policy):
         else:
             names = vocabulary(situation.attributes)
             left = remaining(mentioned(state.request, names), state.done_calls) if state.request else []
-            must_act = instruction.type == "user" or (bool(left) and one_dimensional(situation.toolbox))
+            # Looking is not doing: until a call with arguments has succeeded, "done" would be premature.
+            acted = any((tool := situation.toolbox.get(c["name"])) is not None and tool.params
+                        for c in state.done_calls)
+            must_act = instruction.type == "user" or not acted or (bool(left) and one_dimensional(situation.toolbox))
             ask = ("Give the next tool call." if must_act else
                    "If everything the request asks for is done, say so; otherwise give the next tool call.")
             proposals = await self.propose(situation, state, say=not must_act, calls=True, ask=ask, left=left,
