@@ -476,3 +476,22 @@ def turn_in(eng: Engine, tools: list, instruction: dict, memory: dict) -> dict:
     entry["instruction"] = instruction
     (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
     return out
+
+
+def test_a_refused_observation_is_not_forced_again() -> None:
+    # delivery_box of a real run: get_object_in_package failed ("no package held") eight times in a row.
+    tools = [{"name": "list_objects_in_package", "description": "List the objects in the held package.",
+              "arguments": {}},
+             {"name": "take_box", "description": "Take an empty package.", "arguments": {"box": {"type": "str"}}}]
+    asked = []
+
+    def commander(req: GenerationRequest):
+        asked.append(req.component)
+        return ['{"tool_calls": [{"robot": "panda", "name": "take_box", "arguments": {"box": "box_1"}}]}'] * req.n
+
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    out = turn_in(eng, tools, {"type": "user", "content": "Please take a box and pack one donut."}, {"history": []})
+    assert out["output"]["tool_calls"][0]["name"] == "list_objects_in_package" and not asked
+    out = turn_in(eng, tools, feedback("panda", "list_objects_in_package", {}, False, "no package held by the robot"),
+                  out["memory"])
+    assert out["output"]["tool_calls"][0]["name"] == "take_box" and asked

@@ -28,7 +28,7 @@ _FILLERS = ("ok", "okay", "good", "great", "perfect", "now", "then", "hey", "hel
 _LEADS = ("let's", "lets", "can you", "could you", "would you", "will you", "i want you to", "i need you to",
           "go ahead and", "you can", "you may", "you should", "try to")
 _STRONG_INFORM = re.compile(r"\b(remember|do not forget|don't forget|keep in mind|note that|from now on|new rule|"
-                            r"forget|each time|every time|whenever|for future)\b", re.IGNORECASE)
+                            r"forget|each time|every time|whenever|for future|future|from now)\b", re.IGNORECASE)
 _WEAK_INFORM = re.compile(r"\b(always|never|must|should|rule|constraint|default|prefer|likes?|has access|"
                           r"have access|belongs?|goes to|uses|there is no|there are no|anymore|no longer|"
                           r"is broken|out of stock|is empty)\b", re.IGNORECASE)

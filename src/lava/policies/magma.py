@@ -207,6 +207,8 @@ class MagmaPolicy(Policy):
         robots = situation.toolbox.robots or ("robot",)
         if observe is None or len(robots) > 1 or state.failures_in_row >= 3 or self.looked_last(situation, state):
             return None
+        if any(c["name"] == observe.name for c in state.failed):
+            return None  # looking itself is refused right now ("no package held"): the model must act first
         acts_on_objects = any(t.params and _TAKE_LIKE.search(t.name.replace("_", " ") + " " + t.description)
                               for t in situation.toolbox.tools)
         unseen = not state.observations and state.scene is None and acts_on_objects
