@@ -8,7 +8,8 @@
     503  not ready yet (model still loading), or `max_pending_requests` already in progress
 
 The request body is parsed once (strict, NaN/Infinity refused) and the answer encoded once
-with orjson, which keeps lava's own overhead near the cost of JSON.
+with orjson, and POST /v1/responses is served past FastAPI's routing (`ResponsesShortcut`), which
+keeps lava's own overhead near the cost of JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +28,12 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 
 from . import AGENT_ID, __version__
 from .backends import Backend, create_backend
-from .bodies import openapi_schema, parse_body, read_body
+from .bodies import openapi_schema, parse_body, read_body, receive_body
 from .coaching.routes import COACHING_DEFINITIONS, coaching_info, coaching_router
 from .coaching.service import CoachingService
 from .engine import Engine, EngineLimits, Output
@@ -48,6 +51,9 @@ from .ui import add_ui_routes
 log = logging.getLogger("lava.app")
 
 MAX_ECHOED_INPUT = 120
+RESPONSES_PATH = "/v1/responses"
+# POST /v1/responses: reads the body when called, answers whatever happens.
+Handler = Callable[[Callable[[], Awaitable["bytes | Response"]], Mapping[str, str]], Awaitable[Response]]
 
 # The request body is read by hand (lava.bodies), so FastAPI cannot document it: the wire model's
 # schema goes in explicitly, its definitions under components/schemas.
@@ -106,6 +112,45 @@ def invalid_input_response(exc: InvalidInput) -> JSONResponse:
     return JSONResponse({"detail": [detail]}, status_code=422)
 
 
+def error_response(exc: Exception) -> JSONResponse | None:
+    """The one mapping of error types to answers, for the exception handlers and the fast path alike."""
+    if isinstance(exc, ValidationError):
+        return validation_error_response(exc)
+    if isinstance(exc, InvalidInput):
+        return invalid_input_response(exc)
+    if isinstance(exc, Overloaded):
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+    if isinstance(exc, LavaError):
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+    return None
+
+
+class ResponsesShortcut:
+    """Sends POST /v1/responses straight to its handler, past FastAPI's exception, routing and
+    dependency layers, which cost about 0.2 ms of a MAGMA-GEN batch (10 x 2) for a route that needs
+    none of them: it reads its own body and maps its own errors. The innermost middleware, so
+    authentication and error middleware still wrap it; the FastAPI route stays, documented in
+    the OpenAPI document and answering the same way when a request does reach it."""
+
+    def __init__(self, app: Any, handler: Handler, max_body_bytes: int) -> None:
+        self.app = app
+        self.handler = handler
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and _route_path(scope) == RESPONSES_PATH:
+            response = await self.handler(lambda: receive_body(scope, receive, self.max_body_bytes),
+                                          Headers(scope=scope))
+            await response(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+def _route_path(scope: dict[str, Any]) -> str:
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -158,21 +203,14 @@ def create_app(
     if settings.auth_token is not None:
         app.add_middleware(BearerAuth, token=settings.auth_token.get_secret_value())
 
-    @app.exception_handler(ValidationError)
-    async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
-        return validation_error_response(exc)
+    async def _handled(request: Request, exc: Exception) -> Response:
+        response = error_response(exc)
+        if response is None:
+            raise exc
+        return response
 
-    @app.exception_handler(InvalidInput)
-    async def _invalid(request: Request, exc: InvalidInput) -> JSONResponse:
-        return invalid_input_response(exc)
-
-    @app.exception_handler(Overloaded)
-    async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
-
-    @app.exception_handler(LavaError)
-    async def _lava(request: Request, exc: LavaError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=500)
+    for handled in (ValidationError, InvalidInput, LavaError):  # Overloaded is a LavaError
+        app.add_exception_handler(handled, _handled)
 
     def not_ready() -> JSONResponse:
         if runtime.load_error:
@@ -191,23 +229,16 @@ def create_app(
     async def info() -> JSONResponse:
         return JSONResponse(info_document(runtime))
 
-    @app.post(
-        "/v1/responses",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": REQUEST_SCHEMA}},
-            }
-        },
-    )
-    async def responses(request: Request) -> Response:
+    async def answer_responses(read: Callable[[], Awaitable[bytes | Response]], headers: Mapping[str, str]
+                               ) -> Response:
+        """POST /v1/responses, whichever way it arrived: every outcome is a response, never raised."""
         started = time.perf_counter()
         status = 500
         request_id: str | None = None
         outputs: list[Output] | None = None
-        span = tracing.start_request(request.headers) if tracing is not None else None
+        span = tracing.start_request(headers) if tracing is not None else None
         try:
-            body = await read_body(request, settings.max_body_bytes)
+            body = await read()
             if isinstance(body, Response):
                 status = body.status_code
                 return body
@@ -241,14 +272,35 @@ def create_app(
                 errors = sum(1 for output in outputs if output["status"] == "error")
                 log.debug("answered %d candidates (%d errors) in %.3f s", len(outputs), errors, elapsed)
             return Response(answer, media_type="application/json")
-        except (ValidationError, InvalidInput):
+        except LavaError as exc:  # InvalidInput (422), Overloaded (503), anything else (500)
+            response = error_response(exc)
+            assert response is not None  # every LavaError has its answer
+            status = response.status_code
+            return response
+        except ValidationError as exc:
             status = 422
-            raise
+            return validation_error_response(exc)
         finally:
             metrics.requests.labels(str(status)).inc()
             metrics.request_seconds.observe(time.perf_counter() - started)
             if tracing is not None and span is not None:
                 tracing.end_request(span, status, request_id, outputs)
+
+    @app.post(
+        RESPONSES_PATH,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": REQUEST_SCHEMA}},
+            }
+        },
+    )
+    async def responses(request: Request) -> Response:
+        return await answer_responses(lambda: read_body(request, settings.max_body_bytes), request.headers)
+
+    # The innermost middleware: authentication, and any middleware added later, still wrap it.
+    app.user_middleware.append(Middleware(ResponsesShortcut, handler=answer_responses,
+                                          max_body_bytes=settings.max_body_bytes))
 
     document_without_wire_models = app.openapi
 

@@ -9,12 +9,16 @@ before they are buffered.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
+import orjson
 import pydantic_core
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from .errors import InvalidInput
 
@@ -25,22 +29,60 @@ SCHEMA_REF = "#/components/schemas/{model}"
 
 async def read_body(request: Request, limit: int) -> bytes | Response:
     """The body, or a 413 as soon as it is known to exceed `limit` (without buffering it all)."""
-    declared = request.headers.get("content-length")
+    return await _limited(request.headers.get("content-length"), request.stream(), limit)
+
+
+async def receive_body(scope: Mapping[str, Any], receive: Receive, limit: int) -> bytes | Response:
+    """`read_body` for a plain ASGI handler, reading the messages itself."""
+    declared = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"content-length"), None)
+    return await _limited(declared, _chunks(receive), limit)
+
+
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
+async def _limited(declared: str | None, chunks: AsyncIterator[bytes], limit: int) -> bytes | Response:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return _too_large(int(declared), limit)
-    chunks: list[bytes] = []
+    received: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in chunks:
         size += len(chunk)
         if size > limit:
             return _too_large(size, limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        received.append(chunk)
+    return b"".join(received)
 
 
 def parse_body(body: bytes, model: type[Model]) -> Model:
-    """Bytes -> `model`. Python-mode validation after parsing refuses NaN and Infinity even in
-    free-form JSON fields, with the field's location."""
+    """Bytes -> `model`, refusing NaN and Infinity even in free-form JSON fields.
+
+    The usual body takes the fast path: orjson refuses NaN, Infinity and numbers that overflow
+    to infinity, so once it has read the body, one JSON-mode validation accepts exactly what the
+    Python-mode one would (about half the cost of a parse plus a Python-mode validation). Any
+    body that fails either step goes the careful way, whose errors name the field."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass  # maybe non-finite, or beyond orjson (integers over 64 bits): the careful way decides
+    else:
+        try:
+            return model.model_validate_json(body)
+        except ValidationError:
+            pass  # the careful way reports it, with the same messages whatever the path
+    return _parse_body_checked(body, model)
+
+
+def _parse_body_checked(body: bytes, model: type[Model]) -> Model:
+    """Python-mode validation after parsing: refuses NaN and Infinity in free-form JSON fields too,
+    with the field's location."""
     try:
         data = pydantic_core.from_json(body)
     except ValueError as exc:
@@ -62,4 +104,4 @@ def _too_large(size: int, limit: int) -> JSONResponse:
     )
 
 
-__all__ = ["openapi_schema", "parse_body", "read_body"]
+__all__ = ["openapi_schema", "parse_body", "read_body", "receive_body"]

@@ -87,8 +87,7 @@ class Engine:
         answers = await asyncio.gather(*(self._answer(request.request_id, s, deadline) for s in situations))
         outputs = [output for answer in answers for output in answer]
         if self.metrics is not None:
-            for output in outputs:
-                self.metrics.observe_candidate(output)
+            self.metrics.observe_candidates(outputs)
         return outputs
 
     async def _answer(self, request_id: str, situation: Situation, deadline: float) -> list[Output]:

@@ -54,29 +54,50 @@ class MemoryView:
         raw_history = memory.get("history", [])
         if not isinstance(raw_history, list):
             raise InvalidInput(("memory", "history"), "history must be a list of {author, content} objects")
-        turns = []
-        for index, entry in enumerate(raw_history):
-            if not isinstance(entry, dict):
-                raise InvalidInput(("memory", "history", index), "a history entry must be an object")
-            author, content = entry.get("author"), entry.get("content")
-            if author not in AUTHORS:
-                raise InvalidInput(
-                    ("memory", "history", index, "author"), "author must be one of USER, SYSTEM, MODEL"
-                )
-            if not isinstance(content, str):
-                raise InvalidInput(("memory", "history", index, "content"), "content must be a string")
-            turns.append(Turn(author, content))
-        summary = memory.get("summary", "")
-        if not isinstance(summary, str):
-            raise InvalidInput(("memory", "summary"), "summary must be a string")
-        private = memory.get(LAVA_KEY, {})
-        if not isinstance(private, dict):
-            raise InvalidInput(("memory", LAVA_KEY), "lava's private memory must be an object")
-        return cls(memory, tuple(rules), tuple(turns), summary, private)
+        return cls(memory, tuple(rules), _turns(raw_history), _summary(memory), _private(memory))
 
     @property
     def model_turns(self) -> int:
         return sum(1 for turn in self.history if turn.author == "MODEL")
+
+
+def _turns(raw_history: list[Any]) -> tuple[Turn, ...]:
+    # The usual history is well formed: read in one pass, checked after; any doubt and the
+    # entry-by-entry reading below names the first bad field.
+    try:
+        turns = tuple([Turn(entry["author"], entry["content"]) for entry in raw_history])
+    except (TypeError, KeyError):
+        pass
+    else:
+        if all(turn.author in AUTHORS and type(turn.content) is str for turn in turns):
+            return turns
+    checked = []
+    for index, entry in enumerate(raw_history):
+        if not isinstance(entry, dict):
+            raise InvalidInput(("memory", "history", index), "a history entry must be an object")
+        author, content = entry.get("author"), entry.get("content")
+        if author not in AUTHORS:
+            raise InvalidInput(
+                ("memory", "history", index, "author"), "author must be one of USER, SYSTEM, MODEL"
+            )
+        if not isinstance(content, str):
+            raise InvalidInput(("memory", "history", index, "content"), "content must be a string")
+        checked.append(Turn(author, content))
+    return tuple(checked)
+
+
+def _summary(memory: Mapping[str, Any]) -> str:
+    summary = memory.get("summary", "")
+    if not isinstance(summary, str):
+        raise InvalidInput(("memory", "summary"), "summary must be a string")
+    return summary
+
+
+def _private(memory: Mapping[str, Any]) -> Mapping[str, Any]:
+    private = memory.get(LAVA_KEY, {})
+    if not isinstance(private, dict):
+        raise InvalidInput(("memory", LAVA_KEY), "lava's private memory must be an object")
+    return private
 
 
 def instruction_author(instruction: AgentInstruction) -> Author:
@@ -94,13 +115,15 @@ def decision_record(decision: AgentDecision) -> str:
     return json.dumps({"say": decision.say, "action": action}, ensure_ascii=False)
 
 
-def append_turn(memory: dict[str, Any], instruction: AgentInstruction, decision: AgentDecision) -> dict[str, Any]:
-    """Record one answered input in `memory` (the candidate's own copy) and return it."""
+def append_turn(memory: dict[str, Any], instruction: AgentInstruction, decision: AgentDecision,
+                record: str | None = None) -> dict[str, Any]:
+    """Record one answered input in `memory` (the candidate's own copy) and return it.
+    `record`: `decision_record(decision)` when the caller has it (candidates sharing a decision)."""
     history = memory.get("history")
     if not isinstance(history, list):
         history = memory["history"] = []
     history.append({"author": instruction_author(instruction), "content": instruction.content})
-    history.append({"author": "MODEL", "content": decision_record(decision)})
+    history.append({"author": "MODEL", "content": record if record is not None else decision_record(decision)})
     return memory
 
 

@@ -51,6 +51,12 @@ class ParsedDecision:
 
 def strip_reasoning(text: str) -> str:
     """Drop `<think>` blocks, including a close-only `</think>` from templates that pre-fill the open tag."""
+    if "<" not in text:  # no tag at all (the usual answer of a constrained model): nothing to drop
+        return text.strip()
+    return _strip_think_tags(text)
+
+
+def _strip_think_tags(text: str) -> str:
     text = _THINK_BLOCK.sub("", text)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:
@@ -60,6 +66,15 @@ def strip_reasoning(text: str) -> str:
 
 def _json_objects(text: str) -> list[Any]:
     """Every top-level JSON value starting with `{` or `[` in `text`, in order."""
+    if text[:1] in ("{", "[") and text[-1:] in ("}", "]"):
+        try:  # the whole text is one value (the usual answer): read in one call, same result
+            return [json.loads(text)]
+        except ValueError:
+            pass
+    return _scan_json_values(text)
+
+
+def _scan_json_values(text: str) -> list[Any]:
     decoder = json.JSONDecoder()
     found: list[Any] = []
     index = 0
@@ -80,6 +95,12 @@ def _json_objects(text: str) -> list[Any]:
 
 def _candidates(text: str) -> list[Any]:
     """JSON payloads in preference order: tool-call tags, fenced blocks, then any JSON in the text."""
+    if "<" not in text and "```" not in text:  # neither tags nor fences can match: straight to the last step
+        return _json_objects(text)
+    return _marked_candidates(text)
+
+
+def _marked_candidates(text: str) -> list[Any]:
     tagged = [m.group(1) for m in _TOOL_CALL_TAG.finditer(text) if m.group(1)]
     if tagged:
         calls: list[Any] = []

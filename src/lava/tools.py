@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from .errors import InvalidInput
 from .protocol import AgentDecision, ToolCall
 
 CANCEL_TOOL = "cancel_current_action"
+TOOLS_CACHE_SIZE = 256
 
 # Python type names as MAGMA writes them, plus the JSON-Schema names for callers that send those.
 _JSON_TYPES: dict[str, str] = {
@@ -61,6 +65,14 @@ class ToolSpec:
     name: str
     description: str = ""
     params: tuple[Param, ...] = ()
+    # Hashed once: tool sets key the prompt and schema caches, looked up for every input.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.description, self.params)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -122,6 +134,22 @@ def parse_tool(descriptor: Mapping[str, Any], loc: tuple[str | int, ...] = ()) -
 
 
 def parse_tools(descriptors: Sequence[Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
+    """The tools of one input. Every input of a MAGMA batch, and every turn of an episode, lists the
+    same tools: they are read once and then served, immutable, from a cache keyed by their JSON."""
+    try:
+        key = orjson.dumps(descriptors)
+    except (orjson.JSONEncodeError, TypeError):  # not plain JSON data: read them as they are
+        return _parse_tools(descriptors)
+    return _parse_encoded_tools(key)
+
+
+@lru_cache(maxsize=TOOLS_CACHE_SIZE)
+def _parse_encoded_tools(encoded: bytes) -> tuple[ToolSpec, ...]:
+    # Refusals (InvalidInput) are raised, never cached.
+    return _parse_tools(orjson.loads(encoded))
+
+
+def _parse_tools(descriptors: Sequence[Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
     tools: list[ToolSpec] = []
     seen: set[str] = set()
     for index, descriptor in enumerate(descriptors):
@@ -315,6 +343,18 @@ class ToolBox:
         return check
 
 
+def shared_decision_schema(toolbox: ToolBox) -> Mapping[str, Any]:
+    """`toolbox.decision_schema()`, built once per tool set and robots: every input of a MAGMA batch
+    and every turn of an episode asks for the same one. Shared, hence read-only (backends that
+    adapt a schema copy it first)."""
+    return _decision_schema(toolbox.tools, toolbox.robots)
+
+
+@lru_cache(maxsize=TOOLS_CACHE_SIZE)
+def _decision_schema(tools: tuple[ToolSpec, ...], robots: tuple[str, ...] | None) -> Mapping[str, Any]:
+    return ToolBox(tools, robots).decision_schema()
+
+
 def coerce_arguments(tool: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
     """Lossless fixes only: an integral number for a float parameter becomes a float."""
     fixed = dict(arguments)
@@ -337,4 +377,5 @@ __all__ = [
     "parse_tool",
     "parse_tools",
     "robot_statuses",
+    "shared_decision_schema",
 ]

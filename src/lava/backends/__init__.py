@@ -12,7 +12,9 @@ def create_backend(settings: Settings) -> Backend:
     if settings.backend == "scripted":
         from .scripted import ScriptedBackend
 
-        return ScriptedBackend.from_file(settings.script, delay_s=settings.scripted_delay_s)
+        # A server keeps none of its requests: nothing reads them there, and each holds a whole
+        # parsed input alive for the garbage collector to walk again and again.
+        return ScriptedBackend.from_file(settings.script, delay_s=settings.scripted_delay_s, keep_requests=0)
     if settings.backend == "local":
         from .local import LocalBackend
 

@@ -86,7 +86,7 @@ class GenerationRequest:
 
     def prompt_text(self) -> str:
         """The prompt as one faithful string, for traces and training exports."""
-        return "\n\n".join(f"<|{m.role}|>\n{m.content}" for m in self.messages)
+        return "\n\n".join([f"<|{m.role}|>\n{m.content}" for m in self.messages])
 
 
 @dataclass(frozen=True, slots=True)

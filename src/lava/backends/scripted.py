@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from ..tools import CANCEL_TOOL
 from .base import Backend, Capabilities, Completion, GenerationRequest, Usage
 
 ScriptEntry = str | dict[str, Any] | list[Any]
-# `lava serve --backend scripted` may run for days: it keeps only the latest requests for inspection.
+# Tests inspect the latest requests; a long-lived process keeps only this many of them.
 KEPT_REQUESTS = 256
 
 
@@ -54,8 +56,10 @@ def _entry_text(entry: Any) -> str:
     return entry if isinstance(entry, str) else json.dumps(entry, ensure_ascii=False)
 
 
-def _words(text: str) -> list[tuple[int, str]]:
-    return [(m.start(), m.group(0)) for m in re.finditer(r"\w+(?:[.-]\w+)*", text)]
+@lru_cache(maxsize=1024)
+def _words(text: str) -> tuple[str, ...]:
+    # Cached: every decision of an interaction reads the same user message again.
+    return tuple(re.findall(r"\w+(?:[.-]\w+)*", text))
 
 
 def rule_decision(situation: Situation) -> AgentDecision:
@@ -78,7 +82,7 @@ def rule_decision(situation: Situation) -> AgentDecision:
         for value in values
         if isinstance(value, str)
     }
-    plan = [word for _, word in _words(request) if word in vocabulary]
+    plan = [word for word in _words(request) if word in vocabulary]
     tool = next(
         (t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and len(t.params) == 1), None
     )
@@ -96,22 +100,24 @@ class ScriptedBackend(Backend):
     name = "scripted"
     capabilities = Capabilities(shares_prompt_across_n=True, json_schema=True, deterministic_greedy=True)
 
-    def __init__(self, script: Sequence[ScriptEntry] | None = None, *, delay_s: float = 0.0) -> None:
+    def __init__(self, script: Sequence[ScriptEntry] | None = None, *, delay_s: float = 0.0,
+                 keep_requests: int = KEPT_REQUESTS) -> None:
         self.script = list(script) if script is not None else None
         self.delay_s = delay_s
         self.model = "scripted-rule" if script is None else "scripted-file"
-        self.requests: list[GenerationRequest] = []  # the latest requests (KEPT_REQUESTS), for tests
+        self.keep_requests = keep_requests
+        self.requests: list[GenerationRequest] = []  # the latest `keep_requests` requests, for tests
 
     @classmethod
-    def from_file(cls, path: Path | None, *, delay_s: float = 0.0) -> ScriptedBackend:
-        return cls(load_script(path) if path is not None else None, delay_s=delay_s)
+    def from_file(cls, path: Path | None, *, delay_s: float = 0.0, keep_requests: int = KEPT_REQUESTS
+                  ) -> ScriptedBackend:
+        return cls(load_script(path) if path is not None else None, delay_s=delay_s, keep_requests=keep_requests)
 
     def _answer(self, request: GenerationRequest, candidate: int) -> str:
         situation = request.situation
         if situation is None:
             return json.dumps({"say": "Done."})
-        turn = situation.memory.model_turns
-        if self.script is not None and turn < len(self.script):
+        if self.script is not None and (turn := situation.memory.model_turns) < len(self.script):
             entry = self.script[turn]
             if isinstance(entry, list) and entry:
                 entry = entry[candidate % len(entry)]
@@ -126,19 +132,24 @@ class ScriptedBackend(Backend):
                 and isinstance(self.script[situation.memory.model_turns], list))
 
     async def generate(self, request: GenerationRequest) -> list[Completion]:
-        self.requests.append(request)
-        if len(self.requests) > 2 * KEPT_REQUESTS:
-            del self.requests[:-KEPT_REQUESTS]
+        if self.keep_requests:
+            self.requests.append(request)
+            if len(self.requests) > 2 * self.keep_requests:
+                del self.requests[:-self.keep_requests]
+        started = time.perf_counter()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        prompt_chars = sum(len(m.content) for m in request.messages)
-        completions = []
+        varies = self._varies(request)
+        texts: list[str] = []
         for k in range(request.n):
             # The rule ignores the candidate index: decide once, answer every candidate alike.
-            text = self._answer(request, k) if k == 0 or self._varies(request) else completions[0].text
-            usage = Usage(input_tokens=prompt_chars // 4, output_tokens=len(text) // 4, requests=1 if k == 0 else 0)
-            completions.append(Completion(text=text, finish_reason="stop", usage=usage))
-        return completions
+            texts.append(self._answer(request, k) if k == 0 or varies else texts[0])
+        prompt_chars = sum([len(m.content) for m in request.messages])
+        # Timed here, as a model server times itself: callers need not copy each completion to add it.
+        took = time.perf_counter() - started
+        return [Completion(text=text, finish_reason="stop", duration_s=took, usage=Usage(
+                    input_tokens=prompt_chars // 4, output_tokens=len(text) // 4, requests=1 if k == 0 else 0))
+                for k, text in enumerate(texts)]
 
 
 Responder = Callable[[GenerationRequest], Awaitable[Sequence[str | Completion]] | Sequence[str | Completion]]

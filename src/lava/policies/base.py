@@ -44,13 +44,17 @@ def model_step(
     origin: str = "model",
     error: str | None = None,
     parsed: ParsedDecision | None = None,
+    prompt_text: str | None = None,
 ) -> dict[str, Any]:
-    """One `internal_steps` record: the faithful prompt and raw output of one model call."""
+    """One `internal_steps` record: the faithful prompt and raw output of one model call.
+    `prompt_text`: `request.prompt_text()` when the caller has it already (n candidates, one prompt)."""
+    if completion and completion.prompt:
+        prompt_text = completion.prompt
     step: dict[str, Any] = {
         "id": f"step-{index}",
         "component": request.component,
         "origin": origin,
-        "full_prompt": completion.prompt if completion and completion.prompt else request.prompt_text(),
+        "full_prompt": prompt_text if prompt_text is not None else request.prompt_text(),
         "input_elements": input_elements,
         "output_raw": completion.text if completion else "",
     }

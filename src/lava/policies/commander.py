@@ -34,6 +34,20 @@ class Proposal:
     raw: str = ""
 
 
+def _read_once(completion: Completion, situation: Situation, read: dict[str, ParsedDecision]) -> ParsedDecision:
+    """`read_decision`, once per distinct answer text of one call: greedy decoding and deterministic
+    backends give every candidate the same text. Candidates then share the decision, which nothing
+    mutates (outputs, steps and memories are made from it, never into it), but each gets its own
+    lists of problems and assumptions."""
+    if completion.native_calls:
+        return read_decision(completion, situation.toolbox)
+    first = read.get(completion.text)
+    if first is None:
+        first = read[completion.text] = read_decision(completion, situation.toolbox)
+        return first
+    return ParsedDecision(first.raw, first.decision, list(first.problems), list(first.assumptions))
+
+
 class Commander:
     def __init__(self, backend: Backend, settings: Settings, component: str = "commander") -> None:
         self.backend = backend
@@ -81,10 +95,15 @@ class Commander:
         completions = [c if c.duration_s else replace(c, duration_s=took) for c in completions]
         proposals: list[Proposal | None] = []
         repairs = []
+        read: dict[str, ParsedDecision] = {}
+        prompt_text: str | None = None  # joined once for every candidate's step
         for k, completion in enumerate(completions):
-            parsed = read_decision(completion, situation.toolbox)
+            parsed = _read_once(completion, situation, read)
             if parsed.ok and parsed.decision is not None:
-                step = model_step(first_step, request, completion, input_elements=input_elements, parsed=parsed)
+                if prompt_text is None and not completion.prompt:
+                    prompt_text = request.prompt_text()
+                step = model_step(first_step, request, completion, input_elements=input_elements, parsed=parsed,
+                                  prompt_text=prompt_text)
                 proposals.append(Proposal(parsed.decision, [step], completion.usage, None, completion.text))
             else:  # only answers that need a repair call wait on the model again
                 proposals.append(None)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.base import Backend
-from ..memory import append_turn
+from ..memory import append_turn, decision_record
 from ..settings import Settings
 from ..situation import Situation
+from ..tools import shared_decision_schema
 from .base import CandidateResult, Policy
 from .commander import Commander
 from .messages import commander_messages
@@ -36,14 +37,18 @@ class FullHistoryPolicy(Policy):
     async def decide(self, situation: Situation, memories: list[dict[str, Any]]) -> list[CandidateResult]:
         proposals = await self.commander.propose(
             situation, commander_messages(situation), situation.n,
-            schema=situation.toolbox.decision_schema(), input_elements=self.input_elements(situation),
+            schema=shared_decision_schema(situation.toolbox), input_elements=self.input_elements(situation),
         )
         results = []
+        records: dict[int, str] = {}  # candidates often share one decision: encoded once
         for proposal, memory in zip(proposals, memories, strict=True):
             if proposal.decision is None:
                 results.append(CandidateResult.failed(proposal.error, proposal.steps, proposal.usage))
                 continue
-            append_turn(memory, situation.instruction, proposal.decision)
+            record = records.get(id(proposal.decision))
+            if record is None:
+                record = records[id(proposal.decision)] = decision_record(proposal.decision)
+            append_turn(memory, situation.instruction, proposal.decision, record)
             results.append(CandidateResult(decision=proposal.decision, memory=memory, steps=proposal.steps,
                                            usage=proposal.usage))
         return results

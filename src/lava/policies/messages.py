@@ -50,9 +50,11 @@ def _system_message(robots: tuple[str, ...] | None, tools: tuple[ToolSpec, ...],
     return Message("system", render("commander_system.j2", robots=robots, tools=tools, rules=rules, summary=summary))
 
 
-def turn_text(kind: str, content: str, state: list[tuple[str, str]] | None = None) -> str:
+def turn_text(kind: str, content: str, state: list[tuple[str, str]] | None = None,
+              feedback: Feedback | None = None) -> str:
+    """`feedback`: the content already parsed (the situation holds it), so it is not parsed again."""
     if kind != "user":
-        content = Feedback.parse(content).render()
+        content = (feedback or Feedback.parse(content)).render()
     return render("commander_turn.j2", kind=kind, content=content, state=state or [])
 
 
@@ -77,7 +79,8 @@ def history_messages(turns: Iterable[Turn]) -> list[Message]:
 
 def current_message(situation: Situation) -> Message:
     instruction = situation.instruction
-    return Message("user", turn_text(instruction.type, instruction.content, task_state(situation.attributes)))
+    return Message("user", turn_text(instruction.type, instruction.content, task_state(situation.attributes),
+                                     situation.feedback))
 
 
 def commander_messages(situation: Situation, turns: Iterable[Turn] | None = None) -> tuple[Message, ...]:

@@ -28,8 +28,14 @@ def environment() -> jinja2.Environment:
     )
 
 
+@cache
+def template(name: str) -> jinja2.Template:
+    # Held here: jinja's own lookup (a weak reference and a locked LRU per call) shows on the hot path.
+    return environment().get_template(name)
+
+
 def render(name: str, **values: Any) -> str:
-    return environment().get_template(name).render(**values).strip()
+    return template(name).render(**values).strip()
 
 
 __all__ = ["render"]

@@ -1,0 +1,318 @@
+"""Every shortcut taken for speed (issue 5) answers exactly as the careful way it skips.
+
+Each fast path is compared with the general code it bypasses, on the inputs it is meant for and
+on the ones that must fall back: the same models, the same 422 details, the same parses, the same
+outputs, and candidates that stay independent when they share work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from conftest import settings as settings_scripted
+from conftest import user_input
+from lava.app import ResponsesShortcut, create_app, validation_error_response
+from lava.backends.scripted import FunctionBackend, ScriptedBackend
+from lava.bench.workload import fixtures_dir, gen_batch
+from lava.bodies import _parse_body_checked, parse_body
+from lava.engine import Engine
+from lava.errors import InvalidInput
+from lava.memory import MemoryView
+from lava.parsing import (
+    _candidates,
+    _json_objects,
+    _marked_candidates,
+    _scan_json_values,
+    _strip_think_tags,
+    parse_decision,
+    strip_reasoning,
+)
+from lava.policies import commander, create_policy
+from lava.policies.base import read_decision
+from lava.protocol import AgentRequest
+from lava.tools import ToolBox, shared_decision_schema
+
+# -- request bodies: one JSON-mode validation when the body allows it ------------------------------
+
+
+def _outcome(body: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", parse_body(body, AgentRequest).model_dump()
+    except ValidationError as exc:
+        return "422", validation_error_response(exc).body
+    except InvalidInput as exc:
+        return "invalid", (exc.loc, exc.message)
+
+
+def _careful(body: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", _parse_body_checked(body, AgentRequest).model_dump()
+    except ValidationError as exc:
+        return "422", validation_error_response(exc).body
+    except InvalidInput as exc:
+        return "invalid", (exc.loc, exc.message)
+
+
+def _request(**fields: Any) -> str:
+    entry = {"id": 1, "instruction": {"type": "user", "content": "hi"}, **fields}
+    return json.dumps({"request_id": "r", "inputs": [entry]})
+
+
+BODIES = [
+    _request(),
+    _request(memory={"history": [{"author": "USER", "content": "x"}], "n": 1.5e3, "z": -0.0}),
+    _request(id=1.0),
+    _request(id=True),
+    _request(num_outputs=0),
+    _request(num_outputs=2.0),
+    _request(tools=[1]),
+    _request(extra=1),
+    _request(memory={"a": 123456789012345678901234567890}),  # beyond orjson: the careful way
+    _request(id=123456789012345678901234567890),
+    '{"request_id": "r", "inputs": [{"id": 1, "instruction": {"type": "user", "content": "x"}, '
+    '"memory": {"a": NaN}}]}',
+    '{"request_id": "r", "inputs": [{"id": 1, "instruction": {"type": "user", "content": "x"}, '
+    '"memory": {"a": 1e400}}]}',
+    '{"request_id": "r", "inputs": [{"id": 1, "instruction": {"type": "user", "content": "x"}, '
+    '"attributes": {"a": [-Infinity]}}]}',
+    '{"request_id": "r", "request_id": "s", "inputs": []}',
+    '{"request_id": "\\ud800", "inputs": []}',
+    '{"request_id": "r", "inputs": []} trailing',
+    '{"request_id": "r", "inputs": []}  \n',
+    '{"request_id": "r", "inputs": [{"id": 1, "instruction": {"type": "user", "content": "x"}}, '
+    '{"id": 1, "instruction": {"type": "user", "content": "x"}}]}',
+    '{"request_id": "", "inputs": []}',
+    "[]",
+    "",
+    "not json",
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_request_bodies_read_exactly_as_the_careful_way(body: str) -> None:
+    raw = body.encode("utf-8", "surrogatepass")
+    fast, careful = _outcome(raw), _careful(raw)
+    if fast[0] == "ok" and careful[0] == "ok":
+        # NaN never gets this far; compare as JSON so -0.0 and big integers count exactly.
+        assert json.dumps(fast[1]) == json.dumps(careful[1])
+    else:
+        assert fast == careful
+
+
+def test_non_finite_numbers_are_refused_by_the_fast_path_too() -> None:
+    for body in BODIES[10:13]:
+        kind, detail = _outcome(body.encode())
+        assert kind == "422" and b"finite_number" in detail
+
+
+def test_the_gen_batch_takes_one_json_validation() -> None:
+    body = orjson.dumps(gen_batch(fixtures_dir()))
+    assert parse_body(body, AgentRequest) == _parse_body_checked(body, AgentRequest)
+
+
+# -- the /v1/responses shortcut past FastAPI's routing ----------------------------------------------
+
+
+def _without_shortcut(**overrides: Any) -> TestClient:
+    """An app whose POST /v1/responses goes the whole FastAPI way, to the documented route."""
+    app = create_app(settings_scripted(**overrides))
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not ResponsesShortcut]
+    return TestClient(app)
+
+
+def _untimed(answer: Any) -> Any:
+    """An answer without its measured durations, the one part two runs may not share."""
+    for output in answer if isinstance(answer, list) else []:
+        for step in output["internal_steps"]:
+            step.pop("duration_s", None)
+    return answer
+
+
+@pytest.mark.parametrize("payload", [
+    {"request_id": "r", "inputs": [user_input(n=2), {**user_input(n=1), "id": 2}]},
+    {"request_id": "r", "inputs": [{**user_input(), "id": "1"}]},
+    {"request_id": "r", "inputs": [{**user_input(), "memory": {"history": [{"author": "ROBOT", "content": ""}]}}]},
+    {"request_id": "r"},
+])
+def test_shortcut_answers_exactly_as_the_fastapi_route(make_client, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload).encode()
+    headers = {"content-type": "application/json"}
+    shortcut = make_client().post("/v1/responses", content=body, headers=headers)
+    with _without_shortcut() as client:
+        routed = client.post("/v1/responses", content=body, headers=headers)
+    assert (shortcut.status_code, _untimed(shortcut.json())) == (routed.status_code, _untimed(routed.json()))
+
+
+def test_shortcut_keeps_the_body_limit_and_bad_json(make_client) -> None:
+    client = make_client(max_body_bytes=100)
+    big = json.dumps({"request_id": "r", "inputs": [user_input()]}).encode()
+    answer = client.post("/v1/responses", content=big, headers={"content-type": "application/json"})
+    with _without_shortcut(max_body_bytes=100) as routed:
+        expected = routed.post("/v1/responses", content=big, headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and answer.content == expected.content
+    bad = client.post("/v1/responses", content=b"{", headers={"content-type": "application/json"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body"]
+
+
+def test_post_responses_is_still_documented(make_client) -> None:
+    document = make_client().app.openapi()
+    operation = document["paths"]["/v1/responses"]["post"]
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["inputs"]["items"]["$ref"].endswith("/AgentInput")
+    assert "AgentInput" in document["components"]["schemas"]
+
+
+def test_other_methods_and_paths_still_go_through_fastapi(make_client) -> None:
+    client = make_client()
+    assert client.get("/v1/responses").status_code == 405
+    assert client.post("/v1/responses/", json={"request_id": "r", "inputs": []},
+                       follow_redirects=False).status_code == 307
+
+
+# -- model text: reading a bare JSON answer without the regular expressions -----------------------
+
+TEXTS = st.one_of(
+    st.text(max_size=60),
+    st.from_regex(r"\s*[\[{].{0,40}[\]}]\s*", fullmatch=True),
+    st.builds(json.dumps, st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=8)),
+    st.builds(lambda a, b: a + " " + b, st.builds(json.dumps, st.dictionaries(st.text(max_size=3), st.integers())),
+              st.builds(json.dumps, st.lists(st.integers(), max_size=2))),
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@given(TEXTS)
+def test_whole_text_json_reads_as_the_scan_does(text: str) -> None:
+    assert _same(_json_objects(text), _scan_json_values(text))
+
+
+@given(TEXTS)
+def test_texts_without_tags_or_fences_read_as_the_full_candidate_search(text: str) -> None:
+    if "<" not in text and "```" not in text:
+        assert _same(_candidates(text), _marked_candidates(text))
+        assert strip_reasoning(text) == _strip_think_tags(text)
+
+
+@pytest.mark.parametrize("text", ['{"say": "Done."}', '  {"tool_calls": [{"robot": "panda", "name": "press_button", '
+                                  '"arguments": {"id": "sw1"}}]}\n', "[1] [2]", '{"a": NaN}'])
+def test_common_answers_parse_as_before(text: str) -> None:
+    parsed = parse_decision(text, robots=("panda",))
+    marked = _marked_candidates(_strip_think_tags(text))
+    assert _same(_candidates(strip_reasoning(text)), marked)
+    assert parsed.raw == text
+
+
+# -- candidates sharing work stay independent ------------------------------------------------------
+
+
+def _engine(backend: Any) -> Engine:
+    return Engine(create_policy(settings_scripted(), backend))
+
+
+def test_candidates_with_one_answer_read_it_once_yet_stay_independent(monkeypatch) -> None:
+    reads: list[str] = []
+    real = commander.read_decision
+
+    def counting(completion: Any, toolbox: ToolBox) -> Any:
+        reads.append(completion.text)
+        return real(completion, toolbox)
+
+    monkeypatch.setattr(commander, "read_decision", counting)
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(n=3)]})
+    outputs = asyncio.run(_engine(ScriptedBackend()).respond(request))
+    assert len(reads) == 1 and [o["candidate_index"] for o in outputs] == [0, 1, 2]
+    assert outputs[0]["memory"] == outputs[1]["memory"] == outputs[2]["memory"]
+    outputs[0]["memory"]["history"].append({"author": "USER", "content": "mine"})
+    outputs[0]["internal_steps"][0]["output_formatted"]["say"] = "changed"
+    assert outputs[1]["memory"]["history"][-1]["author"] == "MODEL"
+    assert outputs[2]["internal_steps"][0]["output_formatted"] != {"say": "changed"}
+    assert outputs[0]["output"] is not outputs[1]["output"]
+
+
+def test_shared_reading_gives_the_outputs_of_one_reading_per_candidate(monkeypatch) -> None:
+    request = AgentRequest.model_validate(gen_batch(fixtures_dir(), inputs=3, candidates=3, history=8))
+    shared = asyncio.run(_engine(ScriptedBackend()).respond(request))
+    monkeypatch.setattr(commander, "_read_once", lambda completion, situation, read:
+                        read_decision(completion, situation.toolbox))
+    separate = asyncio.run(_engine(ScriptedBackend()).respond(request))
+
+    assert _untimed(shared) == _untimed(separate)
+
+
+def test_different_answers_are_each_read() -> None:
+    backend = FunctionBackend(lambda request: ['{"say": "one"}', '{"say": "two"}'])
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(n=2)]})
+    outputs = asyncio.run(_engine(backend).respond(request))
+    assert [o["output"]["say"] for o in outputs] == ["one", "two"]
+
+
+# -- tools, schemas and histories read once -----------------------------------------------------------
+
+
+def test_tools_are_parsed_once_but_refused_every_time() -> None:
+    tools = user_input()["tools"]
+    first, second = ToolBox.from_input(tools, {}), ToolBox.from_input(json.loads(json.dumps(tools)), {})
+    assert first.tools is second.tools
+    duplicate = [tools[0], tools[0]]
+    for _ in range(2):
+        with pytest.raises(InvalidInput) as refused:
+            ToolBox.from_input(duplicate, {})
+        assert refused.value.loc == ("tools", 1, "name")
+
+
+def test_shared_schema_is_the_toolbox_schema() -> None:
+    toolbox = ToolBox.from_input(user_input()["tools"], {"known_robots": ["panda", "franka"]})
+    assert shared_decision_schema(toolbox) == toolbox.decision_schema()
+    assert shared_decision_schema(toolbox) is shared_decision_schema(
+        ToolBox.from_input(user_input()["tools"], {"known_robots": ["panda", "franka"]}))
+
+
+@pytest.mark.parametrize(("history", "loc"), [
+    ([{"author": "USER", "content": "a"}, "text"], ("memory", "history", 1)),
+    ([{"author": "ROBOT", "content": "a"}], ("memory", "history", 0, "author")),
+    ([{"content": "a"}], ("memory", "history", 0, "author")),
+    ([{"author": "USER", "content": 3}], ("memory", "history", 0, "content")),
+    ([{"author": "USER"}], ("memory", "history", 0, "content")),
+    ([{"author": ["USER"], "content": "a"}], ("memory", "history", 0, "author")),
+    ([None], ("memory", "history", 0)),
+])
+def test_malformed_histories_still_name_the_field(history: list[Any], loc: tuple[Any, ...]) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        MemoryView.parse({"history": history})
+    assert refused.value.loc == loc
+
+
+def test_well_formed_history_reads_every_turn() -> None:
+    history = [{"author": a, "content": c, "extra": 1} for a, c in (("USER", "u"), ("MODEL", "m"), ("SYSTEM", "s"))]
+    view = MemoryView.parse({"history": history})
+    assert [(t.author, t.content) for t in view.history] == [("USER", "u"), ("MODEL", "m"), ("SYSTEM", "s")]
+
+
+# -- the server process -------------------------------------------------------------------------------
+
+
+def test_a_scripted_server_keeps_no_requests_but_tests_can() -> None:
+    app = create_app(settings_scripted())
+    assert app.state.runtime.backend.keep_requests == 0
+    assert ScriptedBackend().keep_requests > 0
+
+
+def test_scripted_completions_carry_their_own_duration() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(n=2)]})
+    outputs = asyncio.run(_engine(ScriptedBackend()).respond(request))
+    assert all(step["duration_s"] >= 0 for o in outputs for step in o["internal_steps"])
