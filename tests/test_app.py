@@ -133,7 +133,7 @@ def test_health_and_info_answer_while_a_long_request_runs() -> None:
         await asyncio.sleep(3)
         return ['{"say": "Done."}'] * req.n
 
-    app = create_app(settings(), backend=FunctionBackend(slow))
+    app = create_app(settings(policy="full_history"), backend=FunctionBackend(slow))  # one model call a decision
     with uvicorn_thread(app) as url:
         result = {}
         worker = threading.Thread(target=lambda: result.update(

@@ -33,7 +33,7 @@ def test_a_multi_input_multi_candidate_batch_validates(make_client) -> None:
 
 def test_lava_serve_process_passes_startup_checks_and_continues_from_memory(tmp_path) -> None:
     """A real `lava serve --backend scripted`: a two-button episode driven through returned memory."""
-    with lava_process("--backend", "scripted", log=tmp_path / "serve.log") as url:
+    with lava_process("--backend", "scripted", "--policy", "full_history", log=tmp_path / "serve.log") as url:
         check_startup(httpx.get(f"{url}/health").json(), httpx.get(f"{url}/v1/info").json())
         memory = {"memory_list": ["Only press the requested buttons."], "history": []}
         step = user_input("Please press sw1 then sw3.", memory=memory)

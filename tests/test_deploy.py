@@ -652,6 +652,9 @@ def topology(model_server: str, tmp_path_factory) -> Iterator[Topology]:
     argv[argv.index("--server-profile") + 1] = "llama-cpp"
     argv[argv.index("--model") + 1] = "qwen"
     del argv[argv.index("--host"):argv.index("--host") + 2]
+    # full_history asks the model every turn, with the whole history in its prompt: what replica B
+    # saw of replica A's turn is then readable in B's prompt.
+    argv += ["--policy", "full_history"]
     env = {k: str(v) for k, v in service.get("environment", {}).items()}
     with contextlib.ExitStack() as stack:
         replicas = {}

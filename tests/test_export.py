@@ -219,7 +219,7 @@ def test_the_embedded_model_s_rendered_prompts_export_as_the_messages_it_was_giv
     async def run() -> list[dict[str, Any]]:
         await backend.start()
         try:
-            engine = Engine(create_policy(Settings(backend="local"), backend))
+            engine = Engine(create_policy(Settings(backend="local", policy="full_history"), backend))
             request = AgentRequest.model_validate({"request_id": "r", "inputs": [
                 dict(GEN_INPUTS[0], num_outputs=1, extra_keys={"inference_mode": True})]})
             return await engine.respond(request)

@@ -221,7 +221,7 @@ def test_common_answers_parse_as_before(text: str) -> None:
 
 
 def _engine(backend: Any) -> Engine:
-    return Engine(create_policy(settings_scripted(), backend))
+    return Engine(create_policy(settings_scripted(policy="full_history"), backend))
 
 
 def test_candidates_with_one_answer_read_it_once_yet_stay_independent(monkeypatch) -> None:

@@ -25,14 +25,31 @@ SAMPLE = [r for name in ("bench_press_button.requests.jsonl", "gen_press_button.
           for r in fixture_requests(name)[:2]]
 
 
+def _ready(client: TestClient) -> TestClient:
+    deadline = time.monotonic() + 120
+    while client.get("/health").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/health").text
+        time.sleep(0.2)
+    return client
+
+
 @pytest.fixture(scope="module")
 def client():
+    """The model's own mechanics (its template, shared prompt evaluation): full_history asks it
+    once per decision, where the default policy may decide without it."""
+    with TestClient(create_app(Settings(backend="local", policy="full_history"))) as client:
+        yield _ready(client)
+
+
+def test_fixture_answers_of_the_default_policy_are_valid_decisions() -> None:
     with TestClient(create_app(Settings(backend="local"))) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health").text
-            time.sleep(0.2)
-        yield client
+        _ready(client)
+        statuses = []
+        for request in SAMPLE:
+            response = client.post("/v1/responses", json=request)
+            assert response.status_code == 200
+            statuses += [o.status for o in check_response(request, response.json()).root]
+    assert statuses.count("completed") == len(statuses), statuses
 
 
 def test_fixture_answers_are_valid_decisions(client) -> None:

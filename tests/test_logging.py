@@ -110,7 +110,7 @@ def test_every_line_logged_during_a_request_is_json_with_its_request_id(captured
             raise RuntimeError("this backend has a bug")
         return ['{"say": "hello"}'] * generation.n
 
-    url = serve(create_app(Settings(backend="scripted"), backend=FunctionBackend(chatty)))
+    url = serve(create_app(Settings(backend="scripted", policy="full_history"), backend=FunctionBackend(chatty)))
     stream = captured_logs("json")
     start = len(stream.getvalue())
     status, answer = post(url, request(user_input(id=3), user_input(id=7), request_id="req-json-1"))
@@ -142,7 +142,7 @@ class UnencodablePolicy(Policy):
 
 
 def test_uvicorns_report_of_a_failed_request_carries_its_request_id(captured_logs, serve) -> None:
-    settings = Settings(backend="scripted")
+    settings = Settings(backend="scripted", policy="full_history")
     app = create_app(settings, policy=UnencodablePolicy(ScriptedBackend(), settings))
     url = serve(app)
     stream = captured_logs("json")

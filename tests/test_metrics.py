@@ -28,7 +28,7 @@ def test_backend_latency_is_per_backend_and_counts_each_call_once(tmp_path) -> N
     """Two candidates from one call, then one repair call for the candidate that answered badly."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps([[PRESS_SW1, "not a decision {"]]))
-    app = create_app(Settings(backend="scripted", script=script))
+    app = create_app(Settings(backend="scripted", policy="full_history", script=script))
     with TestClient(app) as client:
         assert client.post("/v1/responses", json={"request_id": "r", "inputs": [user_input(n=2)]}).status_code == 200
         seen = samples(client.get("/metrics").text)
@@ -48,7 +48,8 @@ def test_a_failing_backend_call_is_timed_too() -> None:
     def broken(request):
         raise RuntimeError("down")
 
-    with TestClient(create_app(Settings(backend="scripted"), backend=FunctionBackend(broken))) as client:
+    app = create_app(Settings(backend="scripted", policy="full_history"), backend=FunctionBackend(broken))
+    with TestClient(app) as client:
         answer = client.post("/v1/responses", json={"request_id": "r", "inputs": [user_input()]})
         seen = samples(client.get("/metrics").text)
     assert answer.json()[0]["error"]["code"] == "internal_error"

@@ -50,7 +50,7 @@ def by_name(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
 
 
 def test_spans_nest_request_decision_backend_call_and_candidate(provider, exporter) -> None:
-    app = create_app(Settings(backend="scripted"), tracer_provider=provider)
+    app = create_app(Settings(backend="scripted", policy="full_history"), tracer_provider=provider)
     with TestClient(app) as client:
         answer = client.post("/v1/responses", json=body(user_input(id=3, n=2), user_input("hello", id=8)))
     assert answer.status_code == 200
@@ -101,7 +101,7 @@ def decision_of_span(span: ReadableSpan, decisions: list[ReadableSpan]) -> int:
 def test_an_error_candidate_and_its_repair_call_are_marked(provider, exporter, tmp_path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(["not a decision {"]))
-    app = create_app(Settings(backend="scripted", script=script), tracer_provider=provider)
+    app = create_app(Settings(backend="scripted", policy="full_history", script=script), tracer_provider=provider)
     with TestClient(app) as client:
         answer = client.post("/v1/responses", json=body(user_input()))
     assert answer.json()[0]["error"]["code"] == "invalid_output"
@@ -118,7 +118,7 @@ def test_an_error_candidate_and_its_repair_call_are_marked(provider, exporter, t
 
 def test_a_callers_traceparent_continues_its_trace(provider, exporter) -> None:
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-    app = create_app(Settings(backend="scripted"), tracer_provider=provider)
+    app = create_app(Settings(backend="scripted", policy="full_history"), tracer_provider=provider)
     with TestClient(app) as client:
         client.post("/v1/responses", json=body(user_input()),
                     headers={"traceparent": f"00-{trace_id}-{parent_id}-01"})
@@ -128,7 +128,7 @@ def test_a_callers_traceparent_continues_its_trace(provider, exporter) -> None:
 
 
 def test_a_rejected_request_is_a_span_without_an_error_status(provider, exporter) -> None:
-    app = create_app(Settings(backend="scripted"), tracer_provider=provider)
+    app = create_app(Settings(backend="scripted", policy="full_history"), tracer_provider=provider)
     with TestClient(app) as client:
         assert client.post("/v1/responses", json={"request_id": "", "inputs": []}).status_code == 422
     (root,) = exporter.get_finished_spans()
@@ -141,8 +141,8 @@ def test_api_keys_never_reach_span_attributes(provider, exporter) -> None:
     model = FaultyModelServer()
     model.mode = "echo_key"
     with uvicorn_thread(model.app()) as url:
-        settings = Settings(backend="openai", base_url=f"{url}/v1", openai_api_key=SECRET, model="m",
-                            backend_attempts=1)
+        settings = Settings(backend="openai", policy="full_history", base_url=f"{url}/v1", openai_api_key=SECRET,
+                            model="m", backend_attempts=1)
         with TestClient(create_app(settings, tracer_provider=provider)) as client:
             answer = client.post("/v1/responses", json=body(user_input()))
     assert answer.json()[0]["status"] == "error"
@@ -156,7 +156,7 @@ def test_api_keys_never_reach_span_attributes(provider, exporter) -> None:
 
 
 def test_the_console_exporter_prints_spans_when_configured(capsys) -> None:
-    with TestClient(create_app(Settings(backend="scripted", otel_exporter="console"))) as client:
+    with TestClient(create_app(Settings(backend="scripted", policy="full_history", otel_exporter="console"))) as client:
         client.post("/v1/responses", json=body(user_input()))
     printed = capsys.readouterr().out  # flushed when the app shut down
     assert '"name": "invoke_agent lava"' in printed and '"name": "POST /v1/responses"' in printed
@@ -179,7 +179,8 @@ def test_the_otlp_exporter_sends_spans_to_a_collector(monkeypatch) -> None:
     with uvicorn_thread(collector) as url:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
         monkeypatch.setenv("OTEL_SERVICE_NAME", "lava-under-test")
-        with TestClient(create_app(Settings(backend="scripted", otel_exporter="otlp"))) as client:
+        settings = Settings(backend="scripted", policy="full_history", otel_exporter="otlp")
+        with TestClient(create_app(settings)) as client:
             client.post("/v1/responses", json=body(user_input()))
     resource_spans = [rs for export in received for rs in export.resource_spans]
     names = {span.name for rs in resource_spans for ss in rs.scope_spans for span in ss.spans}
@@ -192,7 +193,7 @@ def test_the_otlp_exporter_sends_spans_to_a_collector(monkeypatch) -> None:
 def test_a_missing_sdk_is_named_with_its_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
     with pytest.raises(MissingExtra, match=r"lava-agent\[otel\]") as raised:
-        create_app(Settings(backend="scripted", otel_exporter="console"))
+        create_app(Settings(backend="scripted", policy="full_history", otel_exporter="console"))
     assert raised.value.extra == "otel"
 
 
@@ -202,7 +203,7 @@ def test_with_tracing_off_the_sdk_is_never_imported() -> None:
         "from fastapi.testclient import TestClient\n"
         "from lava.app import create_app\n"
         "from lava.settings import Settings\n"
-        "with TestClient(create_app(Settings(backend='scripted'))) as client:\n"
+        "with TestClient(create_app(Settings(backend='scripted', policy='full_history'))) as client:\n"
         "    client.post('/v1/responses', json={'request_id': 'r', 'inputs': [{'id': 0, 'instruction': "
         "{'type': 'user', 'content': 'hi'}}]})\n"
         "    assert client.app.state.runtime.tracing is None\n"

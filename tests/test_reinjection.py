@@ -70,8 +70,10 @@ def test_replace_decision_leaves_memory_exactly_as_the_same_decision_made_by_the
     model_answer = {"tool_calls": [{"robot": "panda", "name": "press_button", "arguments": {"id": "sw3"}}]}
     scripted = ScriptedBackend([model_answer] * 3)
     plain = {**coached_input(None), "extra_keys": {}}
-    _, (by_model,) = respond(make_client(scripted), plain)
-    _, (by_coaching,) = respond(make_client(ScriptedBackend()), coached_input(
+    # full_history takes the model's answer as is (magma would plan this request without the model;
+    # the magma policy has its own test below).
+    _, (by_model,) = respond(make_client(scripted, policy="full_history"), plain)
+    _, (by_coaching,) = respond(make_client(ScriptedBackend(), policy="full_history"), coached_input(
         {"kind": "replace_decision", "decision": decision}))
     assert by_model["output"] == by_coaching["output"] == decision
     assert by_coaching["memory"] == by_model["memory"]

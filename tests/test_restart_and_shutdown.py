@@ -124,7 +124,8 @@ def test_api_keys_never_reach_logs_or_answers(tmp_path) -> None:
     model.mode = "echo_key"
     log = tmp_path / "lava.log"
     with uvicorn_thread(model.app()) as model_url, open(log, "w") as out:
-        process, url = start("--backend", "openai", "--base-url", f"{model_url}/v1", "--log-level", "debug",
+        process, url = start("--backend", "openai", "--policy", "full_history", "--base-url", f"{model_url}/v1",
+                             "--log-level", "debug",
                              env={"OPENAI_API_KEY": secret}, log=out)
         try:
             response = httpx.post(f"{url}/v1/responses", json={"request_id": "r", "inputs": [user_input()]},

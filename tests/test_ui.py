@@ -37,7 +37,8 @@ def scripted_app(tmp_path: Path, **overrides: Any):
     turn 1 says hello with markup in it."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps([[PRESS_SW1, HOSTILE], {"say": "Hello <b>operator</b>"}]))
-    return create_app(Settings(backend="scripted", script=script, repair_attempts=0, **overrides))
+    return create_app(Settings(backend="scripted", policy="full_history", script=script, repair_attempts=0,
+                               **overrides))
 
 
 def one_turn_memory() -> dict[str, Any]:
@@ -149,7 +150,7 @@ def test_a_zero_sized_buffer_records_nothing(tmp_path) -> None:
     (("10.1.2.3", 40000), {}, True, 200),
 ])
 def test_only_loopback_clients_see_the_ui_unless_allowed(client, headers, allow_remote, expected) -> None:
-    app = create_app(Settings(backend="scripted", ui_allow_remote=allow_remote))
+    app = create_app(Settings(backend="scripted", policy="full_history", ui_allow_remote=allow_remote))
     with TestClient(app, client=client) as test_client:
         test_client.post("/v1/responses", json=body(user_input()))
         for path in ("/ui", "/ui/api/exchanges", "/ui/api/exchanges/1/0"):
@@ -159,7 +160,7 @@ def test_only_loopback_clients_see_the_ui_unless_allowed(client, headers, allow_
 
 
 def test_the_ui_needs_the_bearer_token_when_one_is_set() -> None:
-    app = create_app(Settings(backend="scripted", auth_token="a-long-enough-token"))
+    app = create_app(Settings(backend="scripted", policy="full_history", auth_token="a-long-enough-token"))
     with TestClient(app, client=LOOPBACK) as client:
         assert client.get("/ui").status_code == 401
         assert client.get("/ui/api/exchanges").status_code == 401
@@ -174,8 +175,8 @@ def test_api_keys_never_reach_the_ui(make_client) -> None:
     def leaky(request):
         return [f"my key is {secret}, and no decision"] * request.n
 
-    client = TestClient(create_app(Settings(backend="scripted", openai_api_key=secret), backend=FunctionBackend(leaky)),
-                        client=LOOPBACK)
+    settings = Settings(backend="scripted", policy="full_history", openai_api_key=secret)
+    client = TestClient(create_app(settings, backend=FunctionBackend(leaky)), client=LOOPBACK)
     with client:
         client.post("/v1/responses", json=body(user_input()))
         texts = [client.get("/ui/api/exchanges").text, client.get("/ui/api/exchanges/1/0").text]

@@ -17,7 +17,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8888)")
     serve.add_argument("--backend", choices=["local", "openai", "gemini", "scripted"], help="default: local")
-    serve.add_argument("--policy", help="decision policy (default full_history)")
+    serve.add_argument("--policy", help="decision policy: magma (default) or full_history")
     serve.add_argument("--model", help="model name for remote backends")
     serve.add_argument("--model-path", type=Path, help="a GGUF file for the local backend")
     serve.add_argument("--base-url", help="OpenAI-compatible server URL")

@@ -71,7 +71,7 @@ class Settings(BaseSettings):
 
     # -- decision making
     backend: BackendName = Field("local", description="Which model decides: local, openai, gemini, scripted.")
-    policy: str = Field("full_history", description="How the agent thinks (see lava.policies).")
+    policy: str = Field("magma", description="How the agent thinks (see lava.policies; README, Policies).")
     model: str | None = Field(None, description="Model name for remote backends.")
     model_path: Path | None = Field(None, description="A GGUF file for the local backend instead of the default.")
     embedded_model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] = Field(
