@@ -68,6 +68,10 @@ def test_lava_bench_measures_overhead_tokens_and_rss_end_to_end(tmp_path, capsys
     overhead = report["overhead"]
     assert overhead["lava"]["median_ms"] > 0 and overhead["floor"]["median_ms"] > 0
     assert overhead["ratio"] == pytest.approx(overhead["lava"]["median_ms"] / overhead["floor"]["median_ms"])
+    # The default policy and full_history, each measured against the same floor in the same loop.
+    assert overhead["policy"] == "magma"
+    also = overhead["also"]["full_history"]
+    assert also["ratio"] == pytest.approx(also["median_ms"] / overhead["floor"]["median_ms"])
     full, magma = report["tokens"]["policies"]["full_history"], report["tokens"]["policies"]["magma"]
     assert full["decisions"] == magma["decisions"] == 12
     # The full history grows with every turn; the bounded policy does not.
@@ -97,3 +101,5 @@ def test_model_path_naive_strategy_evaluates_every_candidate_alone() -> None:
     assert lava["cached_tokens"] > 0  # the second candidate of each input, and the shared system prompt
     assert lava["prompt_tokens"] == naive["prompt_tokens"]  # same prompts, so the times compare
     assert result["speedup"] == pytest.approx(naive["seconds"] / lava["seconds"])
+    # Two candidates of two inputs: between one and two distinct decisions per input.
+    assert 0.5 <= lava["distinct"] <= 1.0

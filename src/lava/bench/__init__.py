@@ -48,8 +48,10 @@ def render(report: dict[str, Any]) -> str:
         lines += [
             "", f"1. server overhead: {o['batch']} in, {o['answer_bytes']:,} bytes out, {o['rounds']} requests each, "
                 "alternating",
-            f"   lava serve (scripted backend)             median {o['lava']['median_ms']:7.2f} ms   "
+            f"   lava serve (scripted, policy {o['policy']:12}) median {o['lava']['median_ms']:7.2f} ms   "
             f"p90 {o['lava']['p90_ms']:7.2f} ms",
+            *(f"   lava serve (scripted, policy {name:12}) median {r['median_ms']:7.2f} ms   p90 {r['p90_ms']:7.2f} ms"
+              f"   ({r['ratio']:.2f}x the floor)" for name, r in o.get("also", {}).items()),
             f"   floor (decode, magma_core, encode same)    median {o['floor']['median_ms']:7.2f} ms   "
             f"p90 {o['floor']['p90_ms']:7.2f} ms",
             f"   ratio {o['ratio']:.2f}x the floor   (target <= {TARGETS['overhead_ratio']:g}x: "
@@ -61,6 +63,7 @@ def render(report: dict[str, Any]) -> str:
         lines += ["", f"2. model path: {m['batch']}, {m['model']}, {m['threads']} threads"]
         for label, r in (("lava (shared prefixes, one loop)", lava), ("naive (each candidate alone)", naive)):
             lines.append(f"   {label:36} {r['seconds']:7.1f} s   {r['completed']}/{r['candidates']} valid   "
+                         f"{r['distinct'] * 100:.0f}% distinct   "
                          f"{r['model_calls']} calls   prompt {r['prompt_tokens']:,} tok ({r['cached_tokens']:,} cached)"
                          f"   out {r['output_tokens']:,} tok")
         lines.append(f"   speedup {m['speedup']:.2f}x   (target >= {TARGETS['model_speedup']:g}x: "

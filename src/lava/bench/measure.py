@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -49,8 +50,9 @@ def server(module_args: list[str], port: int) -> Iterator[tuple[str, int]]:
         yield url, process.pid
 
 
-def lava_scripted(port: int) -> list[str]:
-    return ["lava.cli", "serve", "--backend", "scripted", "--port", str(port), "--log-level", "warning"]
+def lava_scripted(port: int, policy: str | None = None) -> list[str]:
+    return ["lava.cli", "serve", "--backend", "scripted", "--port", str(port), "--log-level", "warning",
+            *(["--policy", policy] if policy else [])]
 
 
 def rss_bytes(pid: int) -> int:
@@ -76,37 +78,49 @@ def _summary(seconds: list[float]) -> dict[str, float]:
             "min_ms": ordered[0] * 1000}
 
 
-def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20) -> dict[str, Any]:
+def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20,
+                    also: tuple[str, ...] = ("full_history",)) -> dict[str, Any]:
+    """The default policy's server against the floor, and each policy in `also` beside them, all
+    in one alternating loop so they share the machine's moods."""
     request = gen_batch(fixtures)
     body = orjson.dumps(request)
     expected = sum(entry["num_outputs"] for entry in request["inputs"])
-    lava_port, floor_port = free_port(), free_port()
-    with server(lava_scripted(lava_port), lava_port) as (lava_url, _), httpx.Client(timeout=60) as client:
-        _, answer = _timed_post(client, lava_url, body)
-        outputs = answer.json()
-        statuses = [o["status"] for o in outputs]
-        if len(outputs) != expected or set(statuses) != {"completed"}:
-            raise RuntimeError(f"lava answered the batch with {len(outputs)} outputs, statuses {set(statuses)}")
-        with tempfile.NamedTemporaryFile(suffix=".json") as answer_file:
-            answer_file.write(answer.content)
-            answer_file.flush()
-            floor_server = server(["lava.bench.floor", str(floor_port), answer_file.name], floor_port)
-            with floor_server as (floor_url, _):
-                lava_s: list[float] = []
-                floor_s: list[float] = []
-                for round_ in range(warmup + rounds):
-                    # Alternate who goes first so neither always meets a freshly idle CPU.
-                    pair = [(lava_url, lava_s), (floor_url, floor_s)]
-                    for url, sink in pair if round_ % 2 == 0 else reversed(pair):
-                        elapsed, _ = _timed_post(client, url, body)
-                        if round_ >= warmup:
-                            sink.append(elapsed)
-    lava, floor = _summary(lava_s), _summary(floor_s)
+    ports = {name: free_port() for name in ("lava", *also)}
+    floor_port = free_port()
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(httpx.Client(timeout=60))
+        urls: dict[str, str] = {}
+        for name, port in ports.items():
+            urls[name], _ = stack.enter_context(server(lava_scripted(port, None if name == "lava" else name), port))
+            _, answer = _timed_post(client, urls[name], body)
+            outputs = answer.json()
+            statuses = [o["status"] for o in outputs]
+            if len(outputs) != expected or set(statuses) != {"completed"}:
+                raise RuntimeError(f"{name} answered the batch with {len(outputs)} outputs, statuses {set(statuses)}")
+            if name == "lava":
+                answer_bytes = answer.content
+        answer_file = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".json"))
+        answer_file.write(answer_bytes)
+        answer_file.flush()
+        urls["floor"], _ = stack.enter_context(server(["lava.bench.floor", str(floor_port), answer_file.name],
+                                                      floor_port))
+        times: dict[str, list[float]] = {name: [] for name in urls}
+        order = list(urls)
+        for round_ in range(warmup + rounds):
+            # Rotate who goes first so no server always meets a freshly idle CPU.
+            shift = round_ % len(order)
+            for name in order[shift:] + order[:shift]:
+                elapsed, _ = _timed_post(client, urls[name], body)
+                if round_ >= warmup:
+                    times[name].append(elapsed)
+    lava, floor = _summary(times["lava"]), _summary(times["floor"])
+    policies = {name: {**_summary(times[name]), "ratio": _summary(times[name])["median_ms"] / floor["median_ms"]}
+                for name in also}
     return {
         "batch": f"{len(request['inputs'])} inputs x {request['inputs'][0]['num_outputs']} candidates, "
                  f"{len(request['inputs'][0]['memory']['history'])}-entry histories, {len(body):,} bytes",
-        "answer_bytes": len(answer.content), "rounds": rounds, "lava": lava, "floor": floor,
-        "ratio": lava["median_ms"] / floor["median_ms"],
+        "answer_bytes": len(answer_bytes), "rounds": rounds, "lava": lava, "floor": floor,
+        "ratio": lava["median_ms"] / floor["median_ms"], "policy": Settings().policy, "also": policies,
     }
 
 
@@ -263,7 +277,13 @@ def model_path(fixtures: Path, settings: Settings, *, inputs: int, candidates: i
         finally:
             await backend.close()
         steps = [step for output in outputs for step in output["internal_steps"] if "total_input_tokens" in step]
+        by_input: dict[int, set[str]] = {}
+        for output in outputs:
+            if output["status"] == "completed":
+                by_input.setdefault(output["source_id"], set()).add(json.dumps(output["output"], sort_keys=True))
         results[label] = {
+            # MAGMA-GEN explores one branch per candidate: identical candidates of an input waste branches.
+            "distinct": sum(len(seen) for seen in by_input.values()) / max(1, len(outputs)),
             "seconds": seconds, "load_s": load_s,
             "candidates": len(outputs), "completed": sum(o["status"] == "completed" for o in outputs),
             "model_calls": len(steps),
