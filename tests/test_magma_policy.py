@@ -153,3 +153,17 @@ def test_prompt_stays_bounded_over_a_long_episode() -> None:
         (out,) = step(eng, feedback, out["memory"], kind="env", scene=CUBES)
     assert sizes[-1] <= 1.5 * sizes[1]
     assert len(out["memory"]["history"]) <= 12
+
+
+def test_resampling_stops_when_a_round_brings_nothing_new() -> None:
+    calls = {"n": 0}
+
+    def stubborn(req: GenerationRequest):
+        calls["n"] += 1
+        return ['{"tool_calls": [{"robot": "panda", "name": "take", "arguments": {"name": "a"}}]}'] * req.n
+
+    eng, _ = engine(stubborn)
+    first, second = step(eng, OPPOSITE, {"history": [], "lava": {"task": {"scene": SEEN}}}, scene=CUBES, n=2,
+                         greedy=False)
+    assert first["output"] == second["output"]  # kept: the model had nothing else to offer
+    assert calls["n"] == 2  # the first answer and one resample round, not RESAMPLE_ROUNDS of them

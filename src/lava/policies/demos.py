@@ -9,6 +9,7 @@ placeholder values that cannot be mistaken for real names.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -25,6 +26,7 @@ def _words(tool: ToolSpec) -> str:
     return f"{tool.name.replace('_', ' ')} {tool.description}"
 
 
+@functools.lru_cache(maxsize=512)  # tool sets repeat across inputs and turns; ToolBox is frozen
 def roles(toolbox: ToolBox) -> tuple[ToolSpec | None, ToolSpec | None, ToolSpec | None]:
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
     observe = next((t for t in tools if not t.params and _OBSERVE.search(_words(t))), None)

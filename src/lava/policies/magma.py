@@ -291,7 +291,9 @@ class MagmaPolicy(Policy):
     async def distinct(self, situation: Situation, messages: list[Message], schema: dict[str, Any],
                        elements: dict[str, Any], proposals: list[Proposal], first_step: int) -> list[Proposal]:
         """MAGMA-GEN explores one branch per candidate: identical candidates waste branches, so
-        duplicates are resampled a bounded number of times (different seeds), then kept."""
+        duplicates are resampled a bounded number of times (different seeds), then kept. A round
+        that brings nothing new ends it: the model is sure of that answer, and another round of
+        draws would most likely agree again."""
         for round_number in range(1, RESAMPLE_ROUNDS + 1):
             seen: set[str] = set()
             duplicates = []
@@ -307,10 +309,14 @@ class MagmaPolicy(Policy):
             fresh = await self.commander.propose(situation, messages, len(duplicates), schema=schema,
                                                  input_elements=elements, first_step=first_step,
                                                  seed_offset=7919 * round_number)
+            replaced = 0
             for index, proposal in zip(duplicates, fresh, strict=True):
-                if proposal.decision is not None and proposal.decision.model_dump_json() not in seen:
+                if proposal.decision is not None and (key := proposal.decision.model_dump_json()) not in seen:
                     proposals[index] = proposal
-                    seen.add(proposal.decision.model_dump_json())
+                    seen.add(key)
+                    replaced += 1
+            if not replaced:
+                break
         return proposals
 
     def matching_places(self, situation: Situation, state: TaskState, held: str | None,
