@@ -167,3 +167,13 @@ def test_resampling_stops_when_a_round_brings_nothing_new() -> None:
                          greedy=False)
     assert first["output"] == second["output"]  # kept: the model had nothing else to offer
     assert calls["n"] == 2  # the first answer and one resample round, not RESAMPLE_ROUNDS of them
+
+
+def test_a_backend_that_answers_by_rule_is_not_asked_again_for_variety() -> None:
+    from lava.backends.scripted import ScriptedBackend
+
+    backend = ScriptedBackend([{"tool_calls": [{"robot": "panda", "name": "take", "arguments": {"name": "a"}}]}])
+    eng = Engine(MagmaPolicy(backend, Settings(backend="scripted")))
+    step(eng, OPPOSITE, {"history": [], "lava": {"task": {"scene": SEEN}}}, scene=CUBES, n=2, greedy=False)
+    assert not backend.capabilities.varies_with_seed
+    assert len(backend.requests) == 1  # another seed would only give the same answer back

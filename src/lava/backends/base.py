@@ -39,6 +39,9 @@ class Capabilities:
     native_tools: bool = False
     # Greedy decoding is reproducible across calls (same prompt, same answer).
     deterministic_greedy: bool = True
+    # Another seed can give another sample (false for a backend that answers by rule): drawing
+    # again for variety is only worth a call when it is true.
+    varies_with_seed: bool = True
     max_context_tokens: int | None = None
 
 

@@ -98,7 +98,8 @@ def rule_decision(situation: Situation) -> AgentDecision:
 
 class ScriptedBackend(Backend):
     name = "scripted"
-    capabilities = Capabilities(shares_prompt_across_n=True, json_schema=True, deterministic_greedy=True)
+    capabilities = Capabilities(shares_prompt_across_n=True, json_schema=True, deterministic_greedy=True,
+                                varies_with_seed=False)
 
     def __init__(self, script: Sequence[ScriptEntry] | None = None, *, delay_s: float = 0.0,
                  keep_requests: int = KEPT_REQUESTS) -> None:

@@ -17,6 +17,7 @@ turns; everything else under `memory["lava"]`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -30,7 +31,7 @@ from ..prompts import render
 from ..protocol import AgentDecision, ToolCall
 from ..settings import Settings
 from ..situation import Situation
-from ..tools import CANCEL_TOOL, ToolSpec
+from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import pick_and_place_demo, roles
@@ -78,6 +79,14 @@ def completion_message(state: TaskState) -> str:
         return "Done."
     steps = [line.split(".", 1)[1] if "." in line else line for line in state.done[-8:]]
     return "Done. I completed: " + "; ".join(steps) + "."
+
+
+@functools.lru_cache(maxsize=256)
+def _system_prompt(toolbox: ToolBox, rules: tuple[str, ...]) -> str:
+    """The stable part of the prompt, rendered once per tool set and rules: the inputs of a
+    MAGMA-GEN batch and the turns of an episode share it (and the model's prefix cache too)."""
+    return render("magma_system.j2", robots=toolbox.robots, tools=toolbox.tools, rules=list(rules),
+                  demo=pick_and_place_demo(toolbox))
 
 
 class MagmaPolicy(Policy):
@@ -220,9 +229,7 @@ class MagmaPolicy(Policy):
     # -- the commander's view ----------------------------------------------------------------
 
     def messages(self, situation: Situation, state: TaskState, ask: str, left: list[str]) -> list[Message]:
-        rules = [*situation.memory.memory_list, *state.rules]
-        system = render("magma_system.j2", robots=situation.toolbox.robots, tools=situation.toolbox.tools,
-                        rules=rules, demo=pick_and_place_demo(situation.toolbox))
+        system = _system_prompt(situation.toolbox, (*situation.memory.memory_list, *state.rules))
         _, take, put = roles(situation.toolbox)
         held = self.held(state, take, put)
         matches = self.matching_places(situation, state, held, put)
@@ -262,7 +269,7 @@ class MagmaPolicy(Policy):
         messages = self.messages(situation, state, ask, left)
         proposals = await self.commander.propose(situation, messages, situation.n, schema=schema,
                                                  input_elements=elements, first_step=first_step)
-        if not situation.greedy and situation.n > 1:
+        if not situation.greedy and situation.n > 1 and self.backend.capabilities.varies_with_seed:
             proposals = await self.distinct(situation, messages, schema, elements, proposals, first_step)
         if state.failed or state.done_calls:
             proposals = await self.fresh(situation, state, messages, schema, elements, proposals, first_step)
