@@ -495,3 +495,32 @@ def test_a_refused_observation_is_not_forced_again() -> None:
     out = turn_in(eng, tools, feedback("panda", "list_objects_in_package", {}, False, "no package held by the robot"),
                   out["memory"])
     assert out["output"]["tool_calls"][0]["name"] == "take_box" and asked
+
+
+def test_steps_a_rule_names_must_all_be_done_before_saying_done() -> None:
+    # make_coffee of a real run: after insert_capsule the model said "Done" without the mug or start.
+    tools = [{"name": "place_mug", "description": "Place the mug.", "arguments": {}},
+             {"name": "insert_capsule", "description": "Load a capsule.", "arguments": {"name": {"type": "str"}}},
+             {"name": "press_start", "description": "Start the machine.", "arguments": {}}]
+    schemas = []
+
+    def commander(req: GenerationRequest):
+        schemas.append(json.dumps(req.json_schema))
+        if '"say"' in schemas[-1]:
+            return ['{"say": "Done."}'] * req.n
+        return ['{"tool_calls": [{"robot": "panda", "name": "place_mug", "arguments": {}}]}'] * req.n
+
+    rule = "To prepare a coffee you must have placed the mug and loaded the capsule before pressing the start button."
+    eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
+    memory = {"history": [], "memory_list": [rule],
+              "lava": {"task": {"intent": "act", "request": "Make me a milky coffee.",
+                                "pending": [{"robot": "panda", "name": "insert_capsule",
+                                             "arguments": {"name": "milky"}}]}}}
+    out = turn_in(eng, tools, feedback("panda", "insert_capsule", {"name": "milky"}, True,
+                                       "You have loaded a milky capsule."), memory)
+    assert '"say"' not in schemas[-1] and out["output"]["tool_calls"][0]["name"] == "place_mug"
+    # Without the rule nothing names the mug or the start button: "done" may be said.
+    memory["memory_list"] = []
+    out = turn_in(eng, tools, feedback("panda", "insert_capsule", {"name": "milky"}, True,
+                                       "You have loaded a milky capsule."), memory)
+    assert out["output"]["say"].startswith("Done.")

@@ -35,7 +35,7 @@ from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import pick_and_place_demo, roles
-from .goals import cleared, next_step, read_goal, unavailable
+from .goals import cleared, next_step, read_goal, unavailable, words
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import containers, contents, description_words, identifiers, known_names, parameter_enums
@@ -58,6 +58,10 @@ RESAMPLE_ROUNDS = 2
 REDRAWS = 3  # draws per candidate that repeated a refused call
 _TAKE_LIKE = re.compile(r"\b(take|pick|grab|grasp|lift|fetch)", re.I)
 _LOCATION = re.compile(r"locat|place|source|target|destination|where|tray|container|zone|area|shelf|bin\b", re.I)
+# Verbs of tool names: what remains names the object a step is about.
+_VERBS = frozenset(("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do",
+                    "run", "stop", "move", "send", "detect", "scan", "list", "check", "grab", "pick", "drop",
+                    "release", "open", "close", "turn", "add", "remove", "use", "go", "launch", "call"))
 _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
                "does not exist", "doesn't exist", "not found", "sorry", "no more", "anymore")
 
@@ -480,7 +484,8 @@ class MagmaPolicy(Policy):
             # Looking is not doing: until a call with arguments has succeeded, "done" would be premature.
             acted = any((tool := situation.toolbox.get(c["name"])) is not None and tool.params
                         for c in state.done_calls)
-            must_act = instruction.type == "user" or not acted or (bool(left) and one_dimensional(situation.toolbox))
+            must_act = (instruction.type == "user" or not acted or (bool(left) and one_dimensional(situation.toolbox))
+                        or bool(self.steps_named_not_done(situation, state)))
             ask = ("Give the next tool call." if must_act else
                    "If everything the request asks for is done, say so; otherwise give the next tool call.")
             proposals = await self.propose(situation, state, say=not must_act, calls=True, ask=ask, left=left,
@@ -498,6 +503,22 @@ class MagmaPolicy(Policy):
                 decision = AgentDecision(say=completion_message(state))
             results.append(self.result(situation, state, decision, steps, memory, usage=proposal.usage))
         return results
+
+    @staticmethod
+    def steps_named_not_done(situation: Situation, state: TaskState) -> list[str]:
+        """Tools the request or a rule names by their object ("placed the mug and loaded the capsule
+        before pressing the start button": place_mug, insert_capsule, press_start) that have not
+        been called since the request: until they have, the work is not done."""
+        said = words(" ".join([state.request, *situation.memory.memory_list, *state.rules]))
+        called = {c["name"] for c in state.done_calls}
+        named = []
+        for tool in situation.toolbox.tools:
+            if tool.name == CANCEL_TOOL or tool.name in called:
+                continue
+            objects = words(tool.name.replace("_", " ")) - _VERBS
+            if objects and objects <= said:
+                named.append(tool.name)
+        return named
 
     def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:
         """The exact calls that just failed would fail the same way: look instead, when lava can."""
