@@ -34,7 +34,7 @@ def test_history_over_the_cap_is_refused_naming_the_field(make_client) -> None:
 
 
 def test_full_queue_answers_503_with_a_reason_and_the_rest_complete() -> None:
-    app = create_app(settings(max_pending_requests=3, scripted_delay_s=0.6))
+    app = create_app(settings(max_pending_requests=3, scripted_delay_s=0.6, policy="full_history"))  # model-bound
 
     async def burst(url: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:

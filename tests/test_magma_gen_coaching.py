@@ -91,7 +91,8 @@ def test_magma_gen_coaches_lava_and_exports_datasets(magma: MagmaEnvironment, tm
     gen = str(magma.venv / "bin" / "magma-gen")
     env = {**magma.environ(), "MAGMA_GEN_STALL_TIMEOUT_SECONDS": STALL_TIMEOUT_S}
     with llama_server(tmp_path / "llama.log") as coach_url, magma.planner(tmp_path / "planner.log") as planner_url, \
-         lava_process("--backend", "scripted", "--script", str(script), log=tmp_path / "lava.log") as agent_url:
+         lava_process("--backend", "scripted", "--script", str(script), "--policy", "full_history",
+                      log=tmp_path / "lava.log") as agent_url:  # full_history answers the script's text as is
         config = tmp_path / "gen.yaml"
         config.write_text(json.dumps(gen_config(agent_url, planner_url, coach_url)))  # JSON is YAML
         code = run([gen, "run", RUN, "--config-path", str(config), "--preset", "press_button.ButtonPressOrdered",
