@@ -7,6 +7,10 @@ without it, required in CI).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +96,40 @@ def test_presets_with_other_tools_get_their_own_benchmark_root(magma: MagmaEnvir
     }
     total = sum(json.loads((root / "benchmark.json").read_text())["total_episodes"] for root in compiled.roots)
     assert total == 3
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split()
+        found.update(int(c) for c in children)
+        frontier += [int(c) for c in children]
+    return found
+
+
+@pytest.mark.magma
+def test_a_terminated_eval_stops_the_agent_planner_and_simulator_it_started(magma: MagmaEnvironment,
+                                                                             tmp_path: Path) -> None:
+    env_file = os.environ.get("LAVA_MAGMA_ENV", "/tmp/magma-e2e/env.sh")
+    process = subprocess.Popen([sys.executable, "-m", "lava.cli", "eval", "smoke", "--agent", "--backend scripted",
+                                "--out", str(tmp_path / "run"), "--magma-env", env_file],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        children: set[int] = set()
+        # Wait until the agent, the planner and magma-bench are all up.
+        while time.monotonic() < deadline and len(children := _descendants(process.pid)) < 3:
+            assert process.poll() is None, "lava eval ended before its children started"
+            time.sleep(0.5)
+        assert len(children) >= 3
+        process.terminate()
+        process.wait(60)
+        time.sleep(1)
+        alive = {pid for pid in children if Path(f"/proc/{pid}").exists()
+                 and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()}
+        assert not alive, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in alive]
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -82,6 +82,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 def evaluate(args: argparse.Namespace) -> int:
     import shlex
+    import signal
 
     from .evaluation.consumer import MagmaEnvironment
     from .evaluation.runner import AgentConfig, render_table, run_eval, write_report
@@ -93,6 +94,9 @@ def evaluate(args: argparse.Namespace) -> int:
         configs.append(AgentConfig("b", tuple(shlex.split(args.compare))))
     magma = MagmaEnvironment.discover(args.magma_env)
     args.out.mkdir(parents=True, exist_ok=True)
+    # SIGTERM's default ends the process on the spot, leaving the agent, planner and simulator it
+    # started running; as an exit, it goes through the cleanup that stops each of them.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=args.episode_timeout)
     print(render_table(reports))
     write_report(reports, args.out / "report.json")

@@ -132,13 +132,16 @@ class MagmaEnvironment:
             results.parent.mkdir(parents=True, exist_ok=True)
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self.environ(),
                                        cwd=results.parent)
-            while process.poll() is None:
-                if time.monotonic() - started > timeout_s:
+            try:
+                while process.poll() is None:
+                    if time.monotonic() - started > timeout_s:
+                        break
+                    reported = _report_progress(progress, reported, on_episode)
+                    time.sleep(1.0)
+            finally:  # a timeout, Ctrl-C or SIGTERM must not leave a simulator running
+                if process.poll() is None:
                     process.kill()
                     process.wait()
-                    break
-                reported = _report_progress(progress, reported, on_episode)
-                time.sleep(1.0)
             _report_progress(progress, reported, on_episode)
         return BenchResult.read(results, process.returncode, time.monotonic() - started)
 
