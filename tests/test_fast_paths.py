@@ -44,9 +44,10 @@ from lava.tools import ToolBox, shared_decision_schema
 # -- request bodies: one JSON-mode validation when the body allows it ------------------------------
 
 
-def _outcome(body: bytes) -> tuple[str, Any]:
+def _outcome(body: bytes, parse: Any = parse_body) -> tuple[str, Any]:
+    """What a body becomes: a model, a 422 answer, or an InvalidInput, whichever parser reads it."""
     try:
-        return "ok", parse_body(body, AgentRequest).model_dump()
+        return "ok", parse(body, AgentRequest).model_dump()
     except ValidationError as exc:
         return "422", validation_error_response(exc).body
     except InvalidInput as exc:
@@ -54,12 +55,7 @@ def _outcome(body: bytes) -> tuple[str, Any]:
 
 
 def _careful(body: bytes) -> tuple[str, Any]:
-    try:
-        return "ok", _parse_body_checked(body, AgentRequest).model_dump()
-    except ValidationError as exc:
-        return "422", validation_error_response(exc).body
-    except InvalidInput as exc:
-        return "invalid", (exc.loc, exc.message)
+    return _outcome(body, _parse_body_checked)
 
 
 def _request(**fields: Any) -> str:

@@ -215,12 +215,17 @@ COLOR_TOOLS = [
 COLORS = {"known_tray_color": ["white", "green"], "known_robots": ["panda"], "robot_statuses": {"panda": "FREE"}}
 
 
-def turn(eng: Engine, instruction: dict, memory: dict) -> dict:
-    entry = user_input(instruction["content"], memory=memory, tools=COLOR_TOOLS, attributes=COLORS,
-                       extra_keys={"inference_mode": True})  # greedy, as MAGMA-BENCH asks
+def turn_in(eng: Engine, tools: list, instruction: dict, memory: dict, attributes: dict | None = None) -> dict:
+    """One greedy decision (as MAGMA-BENCH asks) for one input."""
+    entry = user_input(instruction["content"], memory=memory, tools=tools,
+                       attributes=attributes or {"known_robots": ["panda"]}, extra_keys={"inference_mode": True})
     entry["instruction"] = instruction
     (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
     return out
+
+
+def turn(eng: Engine, instruction: dict, memory: dict) -> dict:
+    return turn_in(eng, COLOR_TOOLS, instruction, memory, COLORS)
 
 
 def feedback(robot: str, name: str, arguments: dict, ok: bool, message: str) -> dict:
@@ -362,11 +367,7 @@ COFFEE_TOOLS = [
 
 
 def coffee(eng: Engine, instruction: dict, memory: dict) -> dict:
-    entry = user_input(instruction["content"], memory=memory, tools=COFFEE_TOOLS,
-                       attributes={"known_robots": ["panda"]}, extra_keys={"inference_mode": True})
-    entry["instruction"] = instruction
-    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-    return out
+    return turn_in(eng, COFFEE_TOOLS, instruction, memory)
 
 
 def test_a_request_for_something_the_user_said_is_gone_is_answered_in_words() -> None:
@@ -411,12 +412,7 @@ WAREHOUSE_TOOLS = [
 
 
 def warehouse(eng: Engine, instruction: dict, memory: dict, statuses: dict) -> dict:
-    entry = user_input(instruction["content"], memory=memory, tools=WAREHOUSE_TOOLS,
-                       attributes={"known_robots": ["panda"], "robot_statuses": statuses},
-                       extra_keys={"inference_mode": True})
-    entry["instruction"] = instruction
-    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-    return out
+    return turn_in(eng, WAREHOUSE_TOOLS, instruction, memory, {"known_robots": ["panda"], "robot_statuses": statuses})
 
 
 def test_cancel_is_offered_only_while_a_robot_is_busy_and_questions_get_words() -> None:
@@ -469,13 +465,6 @@ def test_what_was_just_taken_is_not_put_back_where_it_was() -> None:
     assert '"enum": ["tray"]' in schemas[-1]  # the table it came from is not offered
     assert out["output"]["tool_calls"][0]["arguments"] == {"target": "tray"}
 
-
-def turn_in(eng: Engine, tools: list, instruction: dict, memory: dict) -> dict:
-    entry = user_input(instruction["content"], memory=memory, tools=tools, attributes={"known_robots": ["panda"]},
-                       extra_keys={"inference_mode": True})
-    entry["instruction"] = instruction
-    (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-    return out
 
 
 def test_a_refused_observation_is_not_forced_again() -> None:

@@ -70,9 +70,15 @@ def _plain(text: str) -> str:
     return " ".join(text.split()).translate(str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"}))
 
 
+def _call(tool: ToolSpec, robot: str, value: str | None = None) -> AgentDecision:
+    """One call of `tool` on `robot`, with `value` for its one parameter when given."""
+    arguments = {tool.params[0].name: value} if value is not None else {}
+    return AgentDecision(tool_calls=[ToolCall(name=tool.name, arguments=arguments, target_robot_name=robot)])
+
+
 def acknowledgement(text: str) -> str:
     """A plain acknowledgement that restates what will be remembered (judges check understanding)."""
-    clean = " ".join(text.split()).translate(str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"}))
+    clean = _plain(text)
     if len(clean) > 300:
         clean = clean[:297] + "..."
     return f"Understood, I will keep this in mind: {clean}"
@@ -196,15 +202,13 @@ class MagmaPolicy(Policy):
         step = next_step(goal, state.scene, state.held, puts_done, moved)
         if step is None:
             if observe is not None and not looked_last:
-                return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
+                return _call(observe, robot)
             return None
         if step.action == "done":
             return AgentDecision(say=completion_message(state))
         if step.value is None:
             return None  # where it goes is the model's choice (see enums)
-        tool = take if step.action == "take" else put
-        return AgentDecision(tool_calls=[ToolCall(name=tool.name, arguments={tool.params[0].name: step.value},
-                                                  target_robot_name=robot)])
+        return _call(take if step.action == "take" else put, robot, step.value)
 
     @staticmethod
     def looked_last(situation: Situation, state: TaskState) -> bool:
@@ -228,7 +232,7 @@ class MagmaPolicy(Policy):
         refused = state.last_failed and any(c["name"] != observe.name for c in state.pending_failed)
         if not (unseen or refused):
             return None
-        return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robots[0])])
+        return _call(observe, robots[0])
 
     # -- the commander's view ----------------------------------------------------------------
 
@@ -525,7 +529,7 @@ class MagmaPolicy(Policy):
         observe = roles(situation.toolbox)[0]
         if state.repeats_failure(decision) and observe is not None and not self.looked_last(situation, state):
             robot = decision.tool_calls[0].target_robot_name
-            return AgentDecision(tool_calls=[ToolCall(name=observe.name, arguments={}, target_robot_name=robot)])
+            return _call(observe, robot)
         return decision
 
     # -- coaching (lava.coaching.reinjection): a corrected decision lands in the task state too --
