@@ -32,6 +32,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..settings import Settings
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
+from . import skills
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import pick_and_place_demo, roles
@@ -456,6 +457,7 @@ class MagmaPolicy(Policy):
                         for memory in memories]
         elif situation.feedback is not None:
             state.observe(situation.feedback, situation.toolbox)
+        skills.observe_all(situation, state)
 
         if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
             if instruction.type == "user":
@@ -470,18 +472,17 @@ class MagmaPolicy(Policy):
                 return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
                         for memory in memories]
 
-        if state.intent == "act" and (decision := self.pick_and_place(situation, state)) is not None:
+        if state.intent == "act" and (decision := skills.next_decision(situation, state)
+                                      or self.pick_and_place(situation, state)) is not None:
             return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
                     for memory in memories]
 
         first = len(shared_steps)
         if state.intent == "answer":
-            asked = instruction.type == "user"
-            proposals = await self.propose(
-                situation, state, say=True, calls=asked, left=[], first_step=first,
-                ask="Answer the user's question in one short sentence" + (
-                    ", or call a tool first if you must look something up." if asked else "."),
-            )
+            # Words only: most question stages refuse any tool call (non_requested_action), and
+            # what the robots reported so far is in the prompt.
+            proposals = await self.propose(situation, state, say=True, calls=False, left=[], first_step=first,
+                                           ask="Answer the user's question in one short sentence.")
         else:
             names = vocabulary(situation.attributes)
             left = remaining(mentioned(state.request, names), state.done_calls) if state.request else []
@@ -551,6 +552,7 @@ class MagmaPolicy(Policy):
             state.start(intent, situation.instruction.content)
         elif situation.feedback is not None:
             state.observe(situation.feedback, situation.toolbox)
+        skills.observe_all(situation, state)
         return state
 
     def result(self, situation: Situation, state: TaskState, decision: AgentDecision,

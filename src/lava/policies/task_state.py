@@ -96,6 +96,8 @@ class TaskState:
     held_from: str | None = None  # where the held object was taken from: putting it back undoes the take
     # Calls refused since the world last changed, with the reason: never worth repeating.
     failed: list[dict[str, Any]] = field(default_factory=list)
+    # Each skill's own JSON (see skills.py), kept across requests.
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
