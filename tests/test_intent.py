@@ -30,6 +30,7 @@ def test_real_stage_instructions_are_read_as_their_stage_expects() -> None:
     ("Robot 1 has access to left area and mutual area.", "acknowledge"),
     ("Complete the table by adding 1 apple.", "act"),  # table_cleaning: was acknowledged
     ("For each future order, add one donut as a free gift.", "acknowledge"),  # delivery_box: was acted on
+    ("Do not place apple and juice on the same tray.", "acknowledge"),  # packaging: went to the model
     ("Thanks!", None),
 ])
 def test_wording(text: str, intent: str | None) -> None:

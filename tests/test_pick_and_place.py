@@ -456,7 +456,7 @@ def test_what_was_just_taken_is_not_put_back_where_it_was() -> None:
     detected = ("this is the position of existing object : the table contain ananas, apple, chicken, fish, juice, "
                 "and the tray is empty")
     assert read_scene(detected) == {"table": ["ananas", "apple", "chicken", "fish", "juice"], "tray": []}
-    out = turn_in(eng, STORAGE_TOOLS, {"type": "user", "content": "I would like a tray containing chicken and fish."},
+    out = turn_in(eng, STORAGE_TOOLS, {"type": "user", "content": "Put the chicken somewhere else, please."},
                   {"history": []})
     out = turn_in(eng, STORAGE_TOOLS, feedback("panda", "detect", {}, True, detected), out["memory"])
     assert out["output"]["tool_calls"][0]["arguments"] == {"name": "chicken"}

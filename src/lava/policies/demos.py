@@ -36,6 +36,18 @@ def roles(toolbox: ToolBox) -> tuple[ToolSpec | None, ToolSpec | None, ToolSpec 
     return observe, take, put
 
 
+_FINISH = re.compile(r"\b(valid\w*|confirm\w*|finish\w*|complete|submit\w*|deliver\w*|send\w*|serve|ship\w*)", re.I)
+
+
+@functools.lru_cache(maxsize=512)
+def finisher(toolbox: ToolBox) -> ToolSpec | None:
+    """A parameterless tool that hands the finished work over ("valid_plate: Validate the tray and
+    give it to the user"): the last call of a composition request, before saying it is done."""
+    observe = roles(toolbox)[0]
+    return next((t for t in toolbox.tools if t.name != CANCEL_TOOL and not t.params and t is not observe
+                 and _FINISH.search(_words(t))), None)
+
+
 def _call(robot: str, tool: ToolSpec, value: str | None = None) -> str:
     arguments = {tool.params[0].name: value} if value is not None and tool.params else {}
     return json.dumps({"tool_calls": [{"robot": robot, "name": tool.name, "arguments": arguments}]})
@@ -69,4 +81,4 @@ def holding(message: str) -> str | None:
     return match.group(1) or "an object"
 
 
-__all__ = ["holding", "pick_and_place_demo", "roles"]
+__all__ = ["finisher", "holding", "pick_and_place_demo", "roles"]

@@ -76,6 +76,8 @@ class Goal:
     keep: list[tuple[int, frozenset[str], str]] = field(default_factory=list)
     first: frozenset[str] | None = None
     clear: str | None = None  # a place to empty; where each object goes is the model's choice
+    fill: str | None = None  # a place that must end up holding exactly `items` (a tray, a box)
+    items: list[str] = field(default_factory=list)
 
 
 def place_named(phrase: str, places: Iterable[str]) -> str | None:
@@ -91,7 +93,38 @@ def place_named(phrase: str, places: Iterable[str]) -> str | None:
     return partial[0] if len(partial) == 1 else None
 
 
-def read_goal(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal | None:
+_INSTEAD = re.compile(r"\b(?P<new>[A-Za-z][\w-]*)\s+instead\s+of\s+(?:the\s+)?(?P<old>[A-Za-z][\w-]*)", re.I)
+_REPLACE = re.compile(r"\breplace\s+(?:the\s+)?(?P<old>[A-Za-z][\w-]*)\s+(?:with|by)\s+"
+                      r"(?:the\s+)?(?P<new>[A-Za-z][\w-]*)", re.I)
+_WITHOUT = re.compile(r"\b(?:without|except|minus|but no|not the)\s+(?:the\s+|any\s+)?(?P<old>[A-Za-z][\w-]*)", re.I)
+_REFERS = re.compile(r"\b(default|usual|standard|regular|same)\b", re.I)
+_COMPOSE = re.compile(r"\b(contain\w*|with|recipe|instead of|made of|consisting|tray|box|plate|bowl)\b", re.I)
+
+
+def _named(text: str, things: Sequence[str]) -> list[str]:
+    found = [(m.start(), t) for t in things
+             for m in re.finditer(rf"(?<![\w-]){re.escape(t)}(?![\w-])", text, re.I)]
+    return list(dict.fromkeys(t for _, t in sorted(found)))
+
+
+def read_recipe(request: str, rules: Sequence[str], things: Sequence[str]) -> list[str] | None:
+    """The exact set of things a request wants together ("a tray containing chicken, fish, and juice";
+    "the default recipe with banana instead of apple" + rule "The default tray recipe is pasta and
+    apple"; a later "use water instead of juice" appended to the request replaces juice)."""
+    base: list[str] = []
+    if _REFERS.search(request):
+        for rule in reversed(rules):
+            if _REFERS.search(rule) and (named := _named(rule, things)):
+                base = named
+                break
+    removed = {m["old"].lower() for m in [*_INSTEAD.finditer(request), *_REPLACE.finditer(request),
+                                          *_WITHOUT.finditer(request)]}
+    items = [t for t in [*base, *_named(request, things)] if t.lower() not in removed]
+    return list(dict.fromkeys(items)) or None
+
+
+def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
+              scene: Mapping[str, Sequence[str]] | None = None, held: str | None = None) -> Goal | None:
     places = list(places)
     moves = []
     for match in _MOVE.finditer(request):
@@ -104,6 +137,12 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal
         return Goal(moves=moves)
     if (phrase := cleared(request)) is not None and (place := place_named(phrase, places)) is not None:
         return Goal(clear=place)
+    if scene is not None and not _SORT.search(request) and _COMPOSE.search(request):
+        things = [t for ts in scene.values() for t in ts] + ([held] if held else [])
+        fill = [p for p in places if p.lower() != "table" and (words(p) & words(" ".join([request, *rules])))]
+        items = read_recipe(request, rules, things)
+        if len(fill) == 1 and items:
+            return Goal(fill=fill[0], items=items)
     if not _SORT.search(request) or _CONTRARY.search(request):
         return None
     goal = Goal(sort=True)
@@ -167,7 +206,7 @@ def targets(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None) ->
 @dataclass(frozen=True, slots=True)
 class Step:
     """The next thing to do: take an object, put the held one somewhere, or nothing left."""
-    action: str  # "take" | "put" | "done"
+    action: str  # "take" | "put" | "finish" | "done"
     value: str | None = None
 
 
@@ -184,6 +223,16 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         fitting = [t for t in scene.get(move.source or "", []) if _matches(move.what, t) and t not in moved]
         fitting = fitting or [t for t in scene.get(move.source or "", []) if _matches(move.what, t)]
         return Step("take", fitting[0]) if fitting else None
+    if goal.fill is not None:
+        if held:
+            table = next((p for p in scene if "table" in words(p)), None)
+            return Step("put", goal.fill if held in goal.items else table)
+        there = scene.get(goal.fill, [])
+        extra = [t for t in there if t not in goal.items]
+        if extra:
+            return Step("take", extra[0])  # exactly these: what does not belong goes back
+        missing = [t for t in goal.items if t not in there]
+        return Step("take", missing[0]) if missing else Step("finish")
     if goal.clear is not None:
         if held:
             return Step("put")

@@ -37,6 +37,8 @@ _WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|new (recipe|ord
 _QUESTION_START = re.compile(
     r"^(who|what|which|where|when|why|how|whose|is there|are there|is it|do you|does|did|have you|has|"
     r"can you tell|could you tell|tell me)\b", re.IGNORECASE)
+# A message that opens with a prohibition states a rule ("Do not place apple and juice on the same tray").
+_PROHIBITION = re.compile(r"^\s*(?:please\s*,?\s*)?(?:do not|don't|never|avoid)\b", re.IGNORECASE)
 _CLAUSES = re.compile(r"[.:;!?]+\s*|,\s+")
 
 
@@ -66,7 +68,7 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]
     if verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember"):
         return "act"
-    if _STRONG_INFORM.search(text):
+    if _STRONG_INFORM.search(text) or _PROHIBITION.match(text):
         return "acknowledge"
     if acting or _WANT.search(text):
         return "act"

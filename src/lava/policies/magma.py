@@ -31,11 +31,11 @@ from ..prompts import render
 from ..protocol import AgentDecision, ToolCall
 from ..settings import Settings
 from ..situation import Situation
-from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
+from ..tools import CANCEL_TOOL, ToolBox, ToolSpec, robot_statuses
 from . import skills
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
-from .demos import pick_and_place_demo, roles
+from .demos import finisher, pick_and_place_demo, roles
 from .goals import cleared, next_step, read_goal, unavailable, words
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
@@ -53,6 +53,10 @@ from .task_state import (
 )
 
 HISTORY_WINDOW = 12
+# A message that changes the running request rather than starting a new one.
+_AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|once you have finished|as well|"
+                    r"this (?:tray|order|package|box))\b", re.I)
+_REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)
 DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
 RESAMPLE_ROUNDS = 2
@@ -195,7 +199,8 @@ class MagmaPolicy(Policy):
         if take is None or put is None or state.scene is None:
             return None
         looked_last = self.looked_last(situation, state)
-        goal = read_goal(state.request, [*situation.memory.memory_list, *state.rules], state.scene)
+        goal = read_goal(state.request, [*situation.memory.memory_list, *state.rules], state.scene,
+                         scene=state.scene, held=state.held)
         if goal is None:
             return None
         puts_done = sum(1 for c in state.done_calls if c["name"] == put.name)
@@ -205,6 +210,12 @@ class MagmaPolicy(Policy):
             if observe is not None and not looked_last:
                 return _call(observe, robot)
             return None
+        if step.action == "finish":
+            finish = finisher(situation.toolbox)
+            last_put = max((i for i, c in enumerate(state.done_calls) if c["name"] == put.name), default=-1)
+            if finish is None or any(c["name"] == finish.name for c in state.done_calls[last_put + 1:]):
+                return AgentDecision(say=completion_message(state))
+            return _call(finish, robot)
         if step.action == "done":
             return AgentDecision(say=completion_message(state))
         if step.value is None:
@@ -448,7 +459,15 @@ class MagmaPolicy(Policy):
                 state.remember_rule(instruction.content)
                 decision = AgentDecision(say=acknowledgement(instruction.content))
                 return [self.result(situation, state, decision, shared_steps, memory) for memory in memories]
-            state.start(intent, instruction.content)
+            if (intent == "act" and state.intent == "act" and state.request and not state.finished
+                    and (situation.toolbox.busy or _AMEND.search(instruction.content))):
+                state.amend(instruction.content)
+                if situation.toolbox.busy:
+                    decision = self.resume_or_cancel(situation, state)
+                    return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                            for memory in memories]
+            else:
+                state.start(intent, instruction.content)
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
                 # The user said it is gone; acting anyway fails the stage, saying so is the answer.
@@ -508,6 +527,17 @@ class MagmaPolicy(Policy):
                 decision = AgentDecision(say=completion_message(state))
             results.append(self.result(situation, state, decision, steps, memory, usage=proposal.usage))
         return results
+
+    @staticmethod
+    def resume_or_cancel(situation: Situation, state: TaskState) -> AgentDecision:
+        """A message arrived while a robot's call is held: an empty decision resumes it, unless the
+        amended request no longer wants what it acts on ("instead of juice" while taking juice)."""
+        removed = {w.lower() for m in _REMOVED.finditer(state.request) for w in m.groups() if w}
+        for robot, status in robot_statuses(situation.attributes).items():
+            values = {v.lower() for v in re.findall(r"=\s*([\w-]+)", status)}
+            if robot in situation.toolbox.busy and values & removed:
+                return AgentDecision(tool_calls=[ToolCall(name=CANCEL_TOOL, arguments={}, target_robot_name=robot)])
+        return AgentDecision()
 
     @staticmethod
     def steps_named_not_done(situation: Situation, state: TaskState) -> list[str]:

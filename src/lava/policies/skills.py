@@ -32,7 +32,9 @@ class Skill(Protocol):
 
 
 # name -> (module, class); imported when first used
-SKILLS: dict[str, tuple[str, str]] = {}
+SKILLS: dict[str, tuple[str, str]] = {
+    "orders": ("lava.policies.orders", "OrdersSkill"),
+}
 
 _loaded: list[Skill] | None = None
 

@@ -98,6 +98,7 @@ class TaskState:
     failed: list[dict[str, Any]] = field(default_factory=list)
     # Each skill's own JSON (see skills.py), kept across requests.
     notes: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False  # lava said the request is done
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
@@ -125,6 +126,14 @@ class TaskState:
         self.last_failed, self.failures_in_row = False, 0
         self.plan = None
         self.failed = []
+        self.finished = False
+
+    def amend(self, text: str) -> None:
+        """A message that changes the running request ("I changed my mind: use water instead of
+        juice"; "a new order ... after the current orders"): the request grows, the work done stays."""
+        joint = "" if not self.request or self.request.rstrip()[-1:] in ".!?;" else "."
+        self.request = f"{self.request}{joint} {text}".strip()
+        self.plan = None
 
     def remember_rule(self, text: str) -> None:
         if _FORGET.search(text):
@@ -213,6 +222,8 @@ class TaskState:
             {"robot": call.target_robot_name, "name": call.name, "arguments": call.arguments})
 
     def launched(self, decision: AgentDecision) -> None:
+        if decision.say and not decision.tool_calls and self.intent == "act":
+            self.finished = True
         self.pending = [{"robot": c.target_robot_name, "name": c.name, "arguments": c.arguments}
                         for c in decision.tool_calls]
         self.turns += 1
