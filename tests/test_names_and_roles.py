@@ -81,3 +81,40 @@ def test_policy_narrows_take_to_reported_objects_and_put_to_the_matching_place()
     second = json.dumps(schemas[1])
     assert "\"enum\": [\"blue_tray\"]" in second  # held blue_cube_1 goes where its name points
     assert '"const": "take"' not in second
+
+
+def test_a_general_report_is_the_look_not_an_inspection_of_what_is_held() -> None:
+    # advanced_delivery: inspect() comes first in the list and only works with something in the gripper.
+    toolbox = ToolBox.from_input([
+        {"name": "inspect", "description": "Inspect the held product to learn whether it is clean or broken.",
+         "arguments": {}},
+        {"name": "detection", "description": "List products on the current table and in the held tray or package.",
+         "arguments": {}},
+    ], {"known_robots": ["reception_robot"]})
+    assert roles(toolbox)[0].name == "detection"
+
+
+def _enums(tools: list, attributes: dict, results: list[str]) -> dict:
+    from lava.situation import Situation
+
+    entry = user_input("Do it.", tools=tools, attributes={"known_robots": ["arm1"], **attributes})
+    situation = Situation.read(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]}).inputs[0])
+    enums = parameter_enums(situation.toolbox, [*attributes.get("object_type", []), "banana_0", "apple_1",
+                                                "left_zone", "snacks"])
+    MagmaPolicy.narrow_by_attributes(situation, enums, {})
+    MagmaPolicy.drop_kind_names(situation, enums, results)
+    return enums
+
+
+def test_values_follow_the_attribute_a_description_names_and_instances_replace_kinds() -> None:
+    moving = [{"name": "move_to", "description": "Move to a place.",
+               "arguments": {"target": {"description": "One of the listed move_targets.", "type": "str"}}}]
+    enums = _enums(moving, {"move_targets": ["snacks_spot", "priority_bay_0"], "object_type": ["snacks"]}, [])
+    assert enums["move_to"]["target"] == ["snacks_spot", "priority_bay_0"]
+    # bi_robot_sorting: deplace(object="banana") is refused; the observation named banana_0.
+    deplace = [{"name": "deplace", "description": "Move an object to an area.",
+                "arguments": {"object": {"type": "str"}, "target_area": {"type": "str"}}}]
+    seen = ["get_objects_state: banana_0, apple_1 are in the right area."]
+    enums = _enums(deplace, {"object_type": ["banana", "apple"]}, seen)
+    assert "banana" not in enums["deplace"]["object"] and "banana_0" in enums["deplace"]["object"]
+    assert "banana" in _enums(deplace, {"object_type": ["banana", "apple"]}, [])["deplace"]["object"]

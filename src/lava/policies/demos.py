@@ -16,6 +16,8 @@ import re
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 
 _OBSERVE = re.compile(r"detect|state|scan|list|look|inspect|see|visible|observ|perceiv|find|locat|describ", re.I)
+_GENERAL = re.compile(r"detect|list|scan|state|report|position|visible|all\b", re.I)
+_NARROW = re.compile(r"\bheld\b|\bholds?\b|gripper|in (?:the|your) hand|currently carr", re.I)
 _TAKE = re.compile(r"\b(take|pick|grab|grasp|load|lift|fetch)", re.I)
 _PUT = re.compile(r"\b(put|place|drop|deposit|depose|release|unload|store|send)", re.I)
 _HOLDING = re.compile(r"(?:you have|holding|in (?:your|the) gripper|grasped|picked up|took)\s*:?\s*"
@@ -29,7 +31,11 @@ def _words(tool: ToolSpec) -> str:
 @functools.lru_cache(maxsize=512)  # tool sets repeat across inputs and turns; ToolBox is frozen
 def roles(toolbox: ToolBox) -> tuple[ToolSpec | None, ToolSpec | None, ToolSpec | None]:
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
-    observe = next((t for t in tools if not t.params and _OBSERVE.search(_words(t))), None)
+    # An observer that only reports what is held (the gripper, a held package) says nothing before
+    # something is held: a general report (detect, list, state) is the look to take first.
+    lookers = [t for t in tools if not t.params and _OBSERVE.search(_words(t))]
+    lookers.sort(key=lambda t: (bool(_NARROW.search(t.description)), not _GENERAL.search(_words(t))))
+    observe = lookers[0] if lookers else None
     take = next((t for t in tools if len(t.params) == 1 and _TAKE.search(_words(t))
                  and not _PUT.search(t.name)), None)
     put = next((t for t in tools if len(t.params) == 1 and _PUT.search(_words(t)) and t is not take), None)

@@ -62,6 +62,8 @@ DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so pr
 RESAMPLE_ROUNDS = 2
 REDRAWS = 3  # draws per candidate that repeated a refused call
 _TAKE_LIKE = re.compile(r"\b(take|pick|grab|grasp|lift|fetch)", re.I)
+_OBJECT_PARAM = re.compile(r"object|item|name|product|thing|obj\b", re.I)
+_KIND_PARAM = re.compile(r"type|kind|colou?r|class|category", re.I)
 _LOCATION = re.compile(r"locat|place|source|target|destination|where|tray|container|zone|area|shelf|bin\b", re.I)
 # Verbs of tool names: what remains names the object a step is about.
 _VERBS = frozenset(("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do",
@@ -396,6 +398,8 @@ class MagmaPolicy(Policy):
                                    if v not in exclude.get(tool.name, set())]
                         if allowed:
                             enums.setdefault(tool.name, {})[param.name] = allowed
+        self.narrow_by_attributes(situation, enums, exclude)
+        self.drop_kind_names(situation, enums, results)
         movable = contents(results) - exclude.get(take.name, set()) if take is not None and put is not None else set()
         if movable and take is not None:
             # Only what the robots reported as lying somewhere can be taken.
@@ -417,6 +421,42 @@ class MagmaPolicy(Policy):
                 # previous target instead). Requests that say otherwise ("opposite", "leave") keep the choice.
                 enums[put.name] = {put.params[0].name: matches}
         return enums
+
+    @staticmethod
+    def narrow_by_attributes(situation: Situation, enums: dict[str, dict[str, list[str]]],
+                             exclude: dict[str, set[str]]) -> None:
+        """A parameter whose description names an attribute ("One of the listed move_targets") takes
+        that attribute's values only (a product type is not a place to move to)."""
+        lists = {key: [v for v in value if isinstance(v, str)] for key, value in situation.attributes.items()
+                 if isinstance(value, list) and key not in ("known_robots",)}
+        for tool in situation.toolbox.tools:
+            for param in tool.params:
+                if param.json_type != "string":
+                    continue
+                text = f"{param.description} {tool.description}".lower()
+                named = [key for key, values in lists.items() if values and re.search(
+                    rf"(?:listed|one of|among)\s+(?:the\s+)?(?:known\s+)?{re.escape(key.lower())}\b"
+                    if "_" not in key else rf"\b{re.escape(key.lower())}\b", text)]
+                if len(named) == 1:
+                    allowed = [v for v in lists[named[0]] if v not in exclude.get(tool.name, set())]
+                    if allowed:
+                        enums.setdefault(tool.name, {})[param.name] = allowed
+
+    @staticmethod
+    def drop_kind_names(situation: Situation, enums: dict[str, dict[str, list[str]]], results: list[str]) -> None:
+        """An object parameter takes instances (banana_0), not the kind they were named after
+        ("banana" is refused: "You used an unknow object name"), once instances were reported."""
+        seen = set(identifiers(" ".join(results)))
+        if not seen:
+            return
+        for tool in situation.toolbox.tools:
+            for param in tool.params:
+                values = enums.get(tool.name, {}).get(param.name)
+                if not values or not _OBJECT_PARAM.search(param.name) or _KIND_PARAM.search(param.name):
+                    continue
+                kept = [v for v in values if not any(i.startswith((v + "_", v + "-")) for i in seen)]
+                if kept and len(kept) < len(values):
+                    enums[tool.name][param.name] = kept
 
     def not_now(self, situation: Situation, state: TaskState) -> tuple[str, ...]:
         """Tools that cannot be the right next call, left out of this turn's grammar:
@@ -558,7 +598,8 @@ class MagmaPolicy(Policy):
     def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:
         """The exact calls that just failed would fail the same way: look instead, when lava can."""
         observe = roles(situation.toolbox)[0]
-        if state.repeats_failure(decision) and observe is not None and not self.looked_last(situation, state):
+        if (state.repeats_failure(decision) and observe is not None and not self.looked_last(situation, state)
+                and not any(c["name"] == observe.name for c in state.failed)):  # looking is refused too
             robot = decision.tool_calls[0].target_robot_name
             return _call(observe, robot)
         return decision
