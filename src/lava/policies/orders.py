@@ -92,8 +92,9 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
     orders = read_orders(request, values[product_attr])
     box_param, mark_params = tools.take_box.params[0].name, [p.name for p in tools.mark.params]
     box_names = next((vs for k, vs in values.items() if words(k) & _BOX), [])
-    order_param = next(p.name for p in tools.mark.params
-                       if re.search("order|reference", f"{p.name} {p.description}", re.I))
+    # By name first: a package parameter may be described as "Box to associate with the order".
+    order_param = next((p.name for p in tools.mark.params if re.search("order|reference", p.name, re.I)), None) or \
+        next(p.name for p in tools.mark.params if re.search("order|reference", f"{p.name} {p.description}", re.I))
     package_param = next(p for p in mark_params if p != order_param)
     put_text = f"{tools.put.params[0].description} {tools.put.description}".lower()
     put_word = next((w for w in re.findall(r"[a-z]+", put_text) if w in _BOX), "package")

@@ -1,0 +1,452 @@
+"""Packing requests solved from the task state: MAGMA-BENCH packaging-001/002 (food on a tray, then
+validate it) and delivery_box-000/001 (products into packages, each package marked with its order),
+replayed stage by stage against small worlds that answer like MAGMA's packaging_tools and
+delivery_tools (messages copied from them).
+
+Each stage has a budget of tool calls. Between two action stages MAGMA delays the next request: the
+agent's next call is held (robot_statuses says "RUNNING take(name=fish)") while the user speaks, and
+an empty decision resumes it. The model must not be needed: a backend that fails if asked stands at
+the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pytest
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.demos import finisher
+from lava.policies.goals import read_recipe
+from lava.policies.magma import MagmaPolicy
+from lava.policies.orders import read_orders
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+from lava.tools import ToolBox
+
+CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
+          "arguments": {}}
+
+
+def tool(name: str, description: str, /, **params: str) -> dict:
+    return {"name": name, "description": description,
+            "arguments": {p: {"description": d, "type": "str"} for p, d in params.items()}}
+
+
+class World(Protocol):
+    tools: list[dict]
+    attributes: dict[str, Any]
+    calls: list[str]
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]: ...
+
+
+# -- packaging: food on the table, a tray, valid_plate (packaging.yaml names, packaging_tools messages) --
+
+FOODS = ["ananas", "apple", "banana", "water", "juice", "milk", "chicken", "fish", "pasta"]
+PACKAGING_RULES = [
+    "To prepare a tray, take each required food object and put it on the tray.",
+    "Once all requested objects are on the tray, use the tray validation tool to complete the task.",
+    "Refuse a tray request if it violates the current food constraints, including incompatibility rules.",
+]
+
+
+PACKAGING_TOOLS = [CANCEL,
+                   tool("detect", "Returns visible objects and their locations."),
+                   tool("take", "Pick an object from the table.", name="The name of the object to take."),
+                   tool("put", "Place the held object either on the table or on the tray.",
+                        target="The name of the target where the object should be put."),
+                   tool("valid_plate", "Used to validate the tray and send it to the user.")]
+PACKAGING_ATTRIBUTES = {"main_course": ["chicken", "fish", "pasta"], "fruits": ["ananas", "apple", "banana"],
+                        "drinks": ["water", "juice", "milk"], "known_robots": ["panda"]}
+
+
+class TrayWorld:
+    """A table of food and a tray; take and put one item at a time; valid_plate sends the tray."""
+
+    def __init__(self) -> None:
+        self.tools, self.attributes = PACKAGING_TOOLS, PACKAGING_ATTRIBUTES
+        self.table, self.tray = list(FOODS), []
+        self.held: str | None = None
+        self.sent: list[list[str]] = []  # the tray, sorted, each time it was validated
+        self.calls: list[str] = []
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        if name == "detect":
+            table = f"the table contain {', '.join(self.table)}" if self.table else "the table is empty"
+            tray = f", and the tray contain {', '.join(self.tray)}" if self.tray else ", and the tray is empty"
+            return True, f"this is the position of existing object : {table}{tray}"
+        if name == "take":
+            if self.held is not None:
+                return False, "The gripper is not empty."
+            if arguments["name"] not in self.table:
+                return False, f"{arguments['name']} is not detected"
+            self.table.remove(arguments["name"])
+            self.held = arguments["name"]
+            return True, f"you have {self.held} in your gripper"
+        if name == "put":
+            if self.held is None:
+                return False, "The gripper is empty. Aborting."
+            if arguments["target"] not in ("table", "tray"):
+                return False, f"Unknow {arguments['target']} used as target. Use only tray or table."
+            (self.tray if arguments["target"] == "tray" else self.table).append(self.held)
+            held, self.held = self.held, None
+            return True, f"Successfully put {held} in the {arguments['target']}"
+        if name == "valid_plate":
+            self.sent.append(sorted(self.tray))
+            return True, "the tray is ready ! "
+        return False, f"{name} is not a known tool."
+
+
+# -- delivery_box: products, packages at a station, marks (delivery.yaml names, delivery_tools messages) --
+
+DELIVERY_TOOLS = [CANCEL,
+                  tool("get_object_in_package", "List the products in the package held by the robot."),
+                  tool("take", "Take an available product of a given type.", type_obj="Type of product to take."),
+                  tool("put", "Put the held product on a free table cell or inside the held package.",
+                       target="Target table or package location."),
+                  tool("move_to", "Move the robot to a product or package station.",
+                       target="Station the robot must reach."),
+                  tool("mark_package", "Assign a manufacturing order to a package.", package="Package to mark.",
+                       manufacturing_order="Manufacturing order assigned to the package."),
+                  tool("take_box", "Take an available package from storage.",
+                       package="Package to take from storage."),
+                  tool("drop_box", "Drop the package currently held by the robot.")]
+# Other names and descriptions delivery.yaml lets MAGMA-GEN give the same tools.
+REGENERATED_TOOLS = [CANCEL,
+                     tool("inspect_package", "Inspect the held package and report its contents."),
+                     tool("pick_product_type", "Collect one available product of the specified type.",
+                          item_type="Type of item the robot must collect."),
+                     tool("deposit_item", "Deposit the held item at the requested table or package target.",
+                          destination="Destination for the held product."),
+                     tool("navigate_to", "Navigate the robot to the requested station.",
+                          destination="Destination product or package location."),
+                     tool("label_package", "Associate the specified package with an order reference.",
+                          box="Box to associate with the manufacturing order.",
+                          order_reference="Order reference to write on the package."),
+                     tool("collect_package", "Collect the requested package from storage.",
+                          box="Storage box the robot must pick up."),
+                     tool("release_package", "Release the carried package at the current station.")]
+# The same tools under those other names only, with the first descriptions.
+RENAMED_TOOLS = [{"name": r["name"], "description": d["description"],
+                  "arguments": dict(zip(r["arguments"], d["arguments"].values(), strict=True))}
+                 for r, d in zip(REGENERATED_TOOLS, DELIVERY_TOOLS, strict=True)]
+PACKAGES = ["package_1", "package_2", "package_3", "package_4"]
+DELIVERY_ATTRIBUTES = {"product_type": ["coca", "icetea", "brets", "donut"], "slot": ["products_slot", "packages_slot"],
+                       "package": PACKAGES, "known_robots": ["panda"]}
+
+
+class PackageWorld:
+    """A product station (products on a table) and a package station; the robot carries one package
+    and one product at a time; marking a package records its order and returns its products."""
+
+    def __init__(self, table: list[str], tools: list[dict] = DELIVERY_TOOLS) -> None:
+        self.tools, self.attributes = tools, DELIVERY_ATTRIBUTES
+        # The names in `tools` -> those of delivery_tools, tool by tool and parameter by parameter.
+        self.names = {t["name"]: c["name"] for t, c in zip(tools, DELIVERY_TOOLS, strict=True)}
+        self.params = {p: q for t, c in zip(tools, DELIVERY_TOOLS, strict=True)
+                       for p, q in zip(t["arguments"], c["arguments"], strict=True)}
+        self.table = list(table)
+        self.at = "products_slot"
+        self.held: str | None = None
+        self.package: str | None = None
+        self.contents: dict[str, list[str]] = {p: [] for p in PACKAGES}
+        self.marks: list[tuple[str, str, Counter]] = []  # (package, order, products by type)
+        self.calls: list[str] = []
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        name = self.names.get(name, name)
+        a = {self.params.get(k, k): v for k, v in arguments.items()}
+        if name == "get_object_in_package":
+            if self.package is None:
+                return False, "no package held by the robot"
+            inside = self.contents[self.package]
+            return True, f"{self.package} contains {', '.join(inside)}." if inside else \
+                f"{self.package} contains no product."
+        if name == "take":
+            if self.at != "products_slot":
+                return False, "The robot must be at products_slot to take a product."
+            if self.held is not None:
+                return False, f"The gripper already holds {self.held}."
+            product = next((p for p in self.table if p.startswith(f"{a['type_obj']}_")), None)
+            if product is None:
+                return False, f"No available object of type {a['type_obj']} was found."
+            self.table.remove(product)
+            self.held = product
+            return True, f"Successfully took {product}."
+        if name == "put":
+            if self.at != "products_slot":
+                return False, "The robot must be at products_slot to put a product."
+            if a["target"] not in ("table", "package"):
+                return False, "Unknown target. Use table or package."
+            if self.held is None:
+                return False, "The gripper does not hold a product."
+            held, self.held = self.held, None
+            if a["target"] == "package":
+                if self.package is None:
+                    self.held = held
+                    return False, "The robot does not hold a package."
+                self.contents[self.package].append(held)
+                return True, f"Successfully put {held} inside {self.package}."
+            self.table.append(held)
+            return True, f"Successfully put {held} on the table."
+        if name == "move_to":
+            if a["target"] not in self.attributes["slot"]:
+                return False, f"Unknown target {a['target']}. "
+            if self.at == a["target"]:
+                return False, f"The robot is already at {a['target']}."
+            self.at = a["target"]
+            return True, f"The robot moved to {a['target']}."
+        if name == "take_box":
+            if self.at != "packages_slot":
+                return False, "The robot must be at packages_slot to take a package."
+            if a["package"] not in PACKAGES:
+                return False, f"Unknown package {a['package']}."
+            if self.package is not None:
+                return False, "The robot already holds a package."
+            self.package = a["package"]
+            return True, f"The robot took {self.package}."
+        if name == "drop_box":
+            if self.at != "packages_slot":
+                return False, "The robot must be at packages_slot to drop a package."
+            if self.package is None:
+                return False, "The robot does not hold a package."
+            dropped, self.package = self.package, None
+            return True, f"The robot dropped {dropped}."
+        if name == "mark_package":
+            package, order = a["package"], a["manufacturing_order"]
+            if package not in PACKAGES:
+                return False, f"Unknown package {package}."
+            if package == self.package:
+                return False, f"{package} must be dropped before it can be marked."
+            if not self.contents[package]:
+                return False, f"{package} must contain at least one product."
+            self.marks.append((package, order, Counter(p.rsplit("_", 1)[0] for p in self.contents[package])))
+            self.table += self.contents[package]
+            self.contents[package] = []
+            return True, f"{package} was validated with reference {order}. "
+        return False, f"{name} is not a known tool."
+
+    def marked(self) -> dict[str, dict[str, int]]:
+        """The products of each marked order: the same order twice, or a package used twice, fails."""
+        orders = [order for _, order, _ in self.marks]
+        packages = [package for package, _, _ in self.marks]
+        assert len(set(orders)) == len(orders) and len(set(packages)) == len(packages), self.marks
+        return {order: dict(products) for _, order, products in self.marks}
+
+
+# -- the episode runner shared by both --
+
+@dataclass(frozen=True)
+class Stage:
+    """What the user says (None: the stage goes on from the last tool result), when the stage's goal
+    is met and in how many tool calls, and whether it ends with a text answer. A stage without a goal
+    (a rule to acknowledge) wants words and no call."""
+
+    say: str | None
+    goal: Callable[[Any], bool] | None = None
+    budget: int = 0
+    answer: bool = False
+
+    @property
+    def acts(self) -> bool:
+        return self.goal is not None
+
+
+def feedback(call: dict, ok: bool, message: str) -> dict:
+    robot = call["target_robot_name"]
+    return {"type": "env", "content": json.dumps({
+        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
+        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+
+def running(call: dict) -> str:
+    return f"RUNNING {call['name']}({', '.join(f'{k}={v}' for k, v in call['arguments'].items())})"
+
+
+def episode(world: World, stages: list[Stage], rules: list[str]) -> list[str]:
+    """Play the stages in order, failing on any broken expectation; returns what was said in words."""
+    asked: list[str] = []
+
+    def no_model(req: GenerationRequest):
+        asked.append(req.component)
+        raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-300:]}")
+
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": rules, "history": []}
+    status, held, said = "FREE", None, []
+
+    def decide(instruction: dict) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
+                           attributes={**world.attributes, "robot_statuses": {"panda": status}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory = out["memory"]
+        return out["output"]
+
+    result: dict | None = None  # the feedback of the last tool call
+    for number, stage in enumerate(stages):
+        instruction = {"type": "user", "content": stage.say} if stage.say else result
+        assert instruction is not None, f"stage {number} has nothing to go on"
+        calls = 0
+        while stage.acts and not stage.goal(world):
+            decision = decide(instruction)
+            if decision["tool_calls"]:
+                (call,) = decision["tool_calls"]
+                if held is not None:
+                    assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
+                    ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
+                else:
+                    ok, message = world.run(call["name"], call["arguments"])
+            else:
+                assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
+                assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
+                call, held, status = held, None, "FREE"  # the held call goes on
+                ok, message = world.run(call["name"], call["arguments"])
+            calls += 1
+            assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
+            instruction = result = feedback(call, ok, message)
+        following = stages[number + 1] if number + 1 < len(stages) else None
+        if not stage.acts or stage.answer:
+            decision = decide(instruction)
+            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
+            said.append(decision["say"])
+        elif following is not None and following.say and following.acts:
+            # Delayed input: the next call starts and is held while the user speaks.
+            decision = decide(instruction)
+            (held,) = decision["tool_calls"]
+            status = running(held)
+    assert held is None, f"{held} was never resumed"
+    assert not asked
+    return said
+
+
+# -- the episodes --
+
+def on_tray(world: TrayWorld, *foods: str) -> bool:
+    return sorted(world.tray) == sorted(foods) and world.sent[-1:] == [sorted(foods)]
+
+
+PACKAGING = {
+    "packaging-001": [
+        Stage("I would like a tray containing chicken, fish, and juice.",
+              lambda w: bool({"chicken", "fish", "juice"} & set(w.tray)), budget=6),
+        Stage("I changed my mind: use water instead of juice for this tray.",
+              lambda w: on_tray(w, "chicken", "fish", "water"), budget=10, answer=True),
+        Stage("The default tray recipe is pasta and apple."),
+    ],
+    "packaging-002": [
+        Stage("The default tray recipe is pasta and apple."),
+        Stage("I would like the default recipe with banana instead of apple.",
+              lambda w: on_tray(w, "pasta", "banana"), budget=10, answer=True),
+        Stage("Do not place apple and juice on the same tray."),
+    ],
+}
+TRAYS = {"packaging-001": ["chicken", "fish", "water"], "packaging-002": ["banana", "pasta"]}
+
+
+@pytest.mark.parametrize("name", sorted(PACKAGING))
+def test_packaging_episode_fills_and_sends_exactly_the_requested_tray(name: str) -> None:
+    world = TrayWorld()
+    said = episode(world, PACKAGING[name], PACKAGING_RULES)
+    assert sorted(world.tray) == TRAYS[name] and world.held is None
+    assert world.sent == [TRAYS[name]]  # validated once, when complete
+    assert world.calls[0] == "detect()"
+    assert all(said)
+
+
+def completed(count: int) -> Callable[[PackageWorld], bool]:
+    return lambda w: len(w.marks) >= count
+
+
+DELIVERY = {
+    "delivery_box-000": (
+        ["icetea_1", "brets_1", "coca_1", "donut_1", "brets_2", "coca_2", "donut_2", "icetea_2", "brets_3"],
+        ["Packages must be taken from the package storage", "Poducts are located in the product storage",
+         "After completed the package, you must mark it and return it to the package storage"],
+        {"A47": {"brets": 1}, "B12": {"donut": 1}},
+        [Stage("Prepare the following two orders using two different packages: order A47: 1 brets; "
+               "order B12: 1 donut", completed(1), budget=12),
+         Stage(None, completed(2), budget=13, answer=True)]),
+    "delivery_box-001": (
+        ["icetea_2", "brets_2", "icetea_3", "coca_2", "brets_1", "donut_1", "donut_2", "coca_1", "icetea_1"],
+        ["All products from the same order must be placed in the same package.",
+         "When a package is ready, you must depose it to package_area and mark it with the corresponding order ID.",
+         "Empty packages are available in the package area, when taking one werify that it is empty.",
+         "Products are available in the product area."],
+        {"002": {"donut": 1, "brets": 1}, "001": {"coca": 1, "donut": 1, "icetea": 1},
+         "003": {"coca": 1, "icetea": 1, "brets": 1}},
+        [Stage("Prepare the following 2 order(s) using different packages: order 002: 1 donut, 1 brets; "
+               "order 001: 1 coca, 1 donut, 1 icetea", completed(1), budget=16),
+         Stage("New recipe to prepare after the current orders: order 003: 1 coca, 1 icetea, 1 brets.",
+               completed(2), budget=16),
+         Stage(None, completed(3), budget=17, answer=True)]),
+}
+
+
+@pytest.mark.parametrize(("name", "tools"), [
+    pytest.param("delivery_box-000", DELIVERY_TOOLS, id="delivery_box-000"),
+    pytest.param("delivery_box-001", DELIVERY_TOOLS, id="delivery_box-001"),
+    pytest.param("delivery_box-001", RENAMED_TOOLS, id="delivery_box-001-renamed"),
+    # MAGMA-GEN's names with their own descriptions: the package parameter is described as
+    # "Box to associate with the manufacturing order" (the order parameter is found by name).
+    pytest.param("delivery_box-001", REGENERATED_TOOLS, id="delivery_box-001-regenerated"),
+])
+def test_delivery_episode_marks_each_package_with_its_order(name: str, tools: list[dict]) -> None:
+    table, rules, orders, stages = DELIVERY[name]
+    world = PackageWorld(table, tools)
+    said = episode(world, stages, rules)
+    assert world.marked() == orders
+    assert world.package is None and world.held is None
+    assert sorted(world.table) == sorted(table)  # marking returns every product: none lost or left held
+    assert len(said) == 1
+
+
+def test_the_runner_fails_a_stage_that_goes_over_its_budget() -> None:
+    # The same first stage as packaging-001 (look, take, put: three calls), with two calls allowed.
+    stage = PACKAGING["packaging-001"][0]
+    with pytest.raises(AssertionError, match="over its budget of 2"):
+        episode(TrayWorld(), [Stage(stage.say, stage.goal, budget=2)], PACKAGING_RULES)
+
+
+# -- pure readers --
+
+def test_a_recipe_amended_by_the_user_replaces_what_it_names() -> None:
+    request = "I would like a tray containing chicken, fish, and juice."
+    assert read_recipe(request, [], FOODS) == ["chicken", "fish", "juice"]
+    amended = f"{request} I changed my mind: use water instead of juice for this tray."
+    assert read_recipe(amended, [], FOODS) == ["chicken", "fish", "water"]
+
+
+def test_the_default_recipe_comes_from_the_rule_that_defines_it() -> None:
+    request = "I would like the default recipe with banana instead of apple."
+    assert read_recipe(request, ["The default tray recipe is pasta and apple."], FOODS) == ["pasta", "banana"]
+    assert read_recipe(request, [], FOODS) == ["banana"]  # no rule: only what the request itself names
+
+
+def test_orders_keep_the_request_order_and_amendments_add_to_them() -> None:
+    products = ["coca", "icetea", "brets", "donut"]
+    request = ("Prepare the following 2 order(s) using different packages: order 002: 1 donut, 1 brets; "
+               "order 001: 1 coca, 1 donut, 1 icetea")
+    assert read_orders(request, products) == [("002", ["donut", "brets"]), ("001", ["coca", "donut", "icetea"])]
+    amended = f"{request} New recipe to prepare after the current orders: order 003: 1 coca, 1 icetea, 1 brets."
+    assert read_orders(amended, products)[-1] == ("003", ["coca", "icetea", "brets"])
+    assert read_orders(request, ["apple", "pasta"]) == []  # not these products: not an order
+
+
+def test_the_tray_validation_tool_is_the_finisher() -> None:
+    toolbox = ToolBox.from_input(PACKAGING_TOOLS, PACKAGING_ATTRIBUTES)
+    assert (found := finisher(toolbox)) is not None and found.name == "valid_plate"
+    assert finisher(ToolBox.from_input(DELIVERY_TOOLS, DELIVERY_ATTRIBUTES)) is None
