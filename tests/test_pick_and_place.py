@@ -425,9 +425,10 @@ def test_cancel_is_offered_only_while_a_robot_is_busy_and_questions_get_words() 
         return ['{"say": "ref_obj_1 goes to area2."}'] * req.n
 
     eng = Engine(MagmaPolicy(FunctionBackend(commander), Settings(backend="scripted")))
-    memory = {"history": [], "memory_list": ["ref_obj_1 goes to area2"]}
-    warehouse(eng, {"type": "user", "content": "Please launch a cycle."}, memory, {"panda": "FREE"})
-    warehouse(eng, {"type": "user", "content": "Please launch a cycle."}, memory, {"panda": "RUNNING"})
+    memory = {"history": [], "memory_list": []}
+    first = warehouse(eng, {"type": "user", "content": "Please launch a cycle."}, memory, {"panda": "FREE"})
+    warehouse(eng, feedback("panda", "grab_object", {"obj": "ref_obj_1"}, False, "Another action is running."),
+              first["memory"], {"panda": "RUNNING"})
     out = warehouse(eng, {"type": "user", "content": "Hello machine, do you know where ref_obj_1 must go?"}, memory,
                     {"panda": "FREE"})
     assert "cancel_current_action" not in schemas[0] and "grab_object" in schemas[0]

@@ -66,6 +66,7 @@ class Move:
     what: frozenset[str]
     source: str | None
     target: str
+    name: str | None = None  # the exact object, when the request or a rule names it (no scene needed)
 
 
 @dataclass
@@ -178,6 +179,136 @@ def unavailable(rules: Sequence[str], request: str) -> str | None:
     return None
 
 
+def stem(name: str) -> str:
+    """The type of a numbered object: goblet_2 -> goblet."""
+    return re.sub(r"[_\-]?\d+$", "", name)
+
+
+def sibling_home(thing: str, scene: Mapping[str, Sequence[str]], exclude: Iterable[str] = ()) -> str | None:
+    """The one place (outside `exclude`) already holding another object of the same type."""
+    homes = {p for p, things in scene.items() if p not in exclude
+             and any(t != thing and stem(t) == stem(thing) for t in things)}
+    return homes.pop() if len(homes) == 1 else None
+
+
+_ROUTE = re.compile(r"\b(?:put|place|send|move|store)\s+(?P<state>\w+)\s+(?P<cls>\w+)\s+(?:in|into|on|to)\s+(?:the\s+)?"
+                    r"(?P<place>[A-Za-z][\w-]*)", re.IGNORECASE)
+
+
+def routes(rules: Sequence[str]) -> dict[tuple[str, str], str]:
+    """(state, class) -> place from rules like "Put dirty food in trashcan and clean food in food_storage"."""
+    table: dict[tuple[str, str], str] = {}
+    for rule in rules:
+        for part in re.split(r"\band\b|[;,]", rule):
+            if (m := _ROUTE.search(part if re.match(r"\s*(?:put|place|send|move|store)\b", part, re.I)
+                                   else "put " + part.strip())):
+                table[(m["state"].lower(), m["cls"].lower())] = m["place"]
+    return table
+
+
+def routed(thing: str, condition: str | None, scene: Mapping[str, Sequence[str]], rules: Sequence[str],
+           exclude: Iterable[str] = ()) -> str | None:
+    """Where a held object goes: its sibling home, unless an inspection said it is in another state and
+    a rule routes that state of its class elsewhere (the class is the one whose clean place is home)."""
+    home = sibling_home(thing, scene, exclude)
+    if condition is None or home is None:
+        return home
+    table = routes(rules)
+    classes = [c for (state, c), place in table.items() if place == home]
+    for cls in classes:
+        if (condition, cls) in table:
+            return table[(condition, cls)]
+    return home
+
+
+_NOT_USED = re.compile(r"\b(?:must|should|can|do|does|will)\s*(?:not|n't)\s+(?:be\s+)?"
+                       r"(?:used|moved|sent|sorted|touched)\b|\bno longer\b|\banymore\b|\bnot available\b",
+                       re.IGNORECASE)
+_CLAUSE = re.compile(r"[.;!?]+|,\s*|\bthen\b", re.IGNORECASE)
+_ALL = re.compile(r"\b(?:all|every|each)\s+(?:the\s+|of\s+the\s+)?(?:objects?|items?|packages?|parts?)\b",
+                  re.IGNORECASE)
+_MEMORY = re.compile(r"\b(?:memory|remember|assigned|assignments?|defaults?|usual|cycles?)\b", re.IGNORECASE)
+
+
+def _named(text: str, names: Sequence[str]) -> list[str]:
+    found = [(m.start(), n) for n in names for m in re.finditer(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
+    return list(dict.fromkeys(n for _, n in sorted(found)))
+
+
+def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> dict[str, str | None]:
+    """Object -> area as a text states it ("ref_obj_1 goes to area2, ref_obj_2 goes to area3", "send
+    ref_obj_3 and ref_obj_1 to area3", "all objects to area2"); None: the text withdraws the object
+    ("ref_obj_3 must not be used anymore")."""
+    out: dict[str, str | None] = {}
+    for clause in _CLAUSE.split(text):
+        named = _named(clause, objects) or (list(objects) if _ALL.search(clause) else [])
+        places = _named(clause, areas)
+        if not named:
+            continue
+        if not places and _NOT_USED.search(clause):
+            out.update(dict.fromkeys(named))
+        elif len(places) == 1:
+            out.update(dict.fromkeys(named, places[0]))
+        elif len(places) == len(named):
+            out.update(zip(named, places, strict=True))
+    return out
+
+
+def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Goal | None:
+    """Unit moves of named objects to areas, from the request and the rules, without a scene (tools
+    that take an object by name and put it in an area, and no way to look). None when an object the
+    request wants has no known area: the model decides."""
+    default: dict[str, str | None] = {}
+    for rule in rules:
+        default.update(read_assignment(rule, objects, areas))
+    asked = read_assignment(request, objects, areas)
+    if _ALL.search(request):
+        wanted = list(objects)
+    elif named := _named(request, objects):
+        wanted = named
+    elif _MEMORY.search(request):
+        wanted = [o for o in objects if default.get(o)]
+    else:
+        return None
+    moves = []
+    for thing in wanted:
+        area = asked[thing] if thing in asked else default.get(thing, "")
+        if area is None:
+            continue  # withdrawn ("must not be used anymore")
+        if not area:
+            return None
+        moves.append(Move(frozenset(words(thing)), None, area, name=thing))
+    return Goal(moves=moves) if moves else None
+
+
+_RECIPE = re.compile(r"^\s*to\s+(?P<verb>[a-z]+)\b[^,]*,(?P<rest>.*)$", re.IGNORECASE)
+
+
+def recipe(request: str, rules: Sequence[str]) -> list[str]:
+    """The ordered clauses of a rule saying how to do what the request asks ("To wipe the table, first
+    clear it, take the sponge, use wipe, then put the sponge back on the table" for "Now wipe the table")."""
+    asked = words(request)
+    for rule in rules:
+        m = _RECIPE.match(rule)
+        if m and m["verb"].lower() in asked:
+            return [c.strip() for c in re.split(r",|;|\bthen\b", m["rest"]) if c.strip()]
+    return []
+
+
+_ITEM = re.compile(r"\b(?P<count>\d+|one|two|three|four)\s+(?P<what>[a-z]+)\b", re.IGNORECASE)
+_ADD = re.compile(r"\b(?:set|put|place|add|adding|bring|serve|complete)\b", re.IGNORECASE)
+
+
+def additions(request: str, places: Iterable[str]) -> tuple[str, list[tuple[int, str]]] | None:
+    """("table", [(1, "apple"), (1, "plate")]) for "Set 1 apple, 1 plate on the table please"."""
+    if not _ADD.search(request):
+        return None
+    asked = words(request)
+    named = list(dict.fromkeys(p for p in places if words(p) and words(p) <= asked))
+    items = [(_count(m["count"]), next(iter(words(m["what"])), m["what"])) for m in _ITEM.finditer(request)]
+    return (named[0], items) if len(named) == 1 and items else None
+
+
 def _matches(what: frozenset[str], thing: str) -> bool:
     return bool(what) and what <= words(thing)
 
@@ -220,6 +351,8 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         move = goal.moves[puts_done]
         if held:
             return Step("put", move.target)
+        if move.name is not None:
+            return Step("take", move.name)
         fitting = [t for t in scene.get(move.source or "", []) if _matches(move.what, t) and t not in moved]
         fitting = fitting or [t for t in scene.get(move.source or "", []) if _matches(move.what, t)]
         return Step("take", fitting[0]) if fitting else None
@@ -235,8 +368,9 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         return Step("take", missing[0]) if missing else Step("finish")
     if goal.clear is not None:
         if held:
-            return Step("put")
-        left = list(scene.get(goal.clear, []))
+            return Step("put", sibling_home(held, scene, exclude=(goal.clear,)))
+        # what has a known home elsewhere (a same-type sibling is stored there) leaves first
+        left = sorted(scene.get(goal.clear, []), key=lambda t: sibling_home(t, scene, exclude=(goal.clear,)) is None)
         return Step("take", left[0]) if left else Step("done")
     wanted = targets(goal, scene, held)
     if held:
@@ -247,5 +381,24 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
     return Step("take", misplaced[0]) if misplaced else Step("done")
 
 
-__all__ = ["Goal", "Move", "Step", "cleared", "home", "next_step", "place_named", "read_goal", "targets", "unavailable",
-           "words"]
+__all__ = [
+    "Goal",
+    "Move",
+    "Step",
+    "additions",
+    "assignment_goal",
+    "cleared",
+    "home",
+    "next_step",
+    "place_named",
+    "read_assignment",
+    "read_goal",
+    "recipe",
+    "routed",
+    "routes",
+    "sibling_home",
+    "stem",
+    "targets",
+    "unavailable",
+    "words",
+]

@@ -35,11 +35,32 @@ from ..tools import CANCEL_TOOL, ToolBox, ToolSpec, robot_statuses
 from . import skills
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
-from .demos import finisher, pick_and_place_demo, roles
-from .goals import cleared, next_step, read_goal, unavailable, words
+from .demos import _PUT, finisher, pick_and_place_demo, roles
+from .demos import _TAKE as _TAKE_VERB
+from .goals import (
+    additions,
+    assignment_goal,
+    cleared,
+    next_step,
+    read_goal,
+    recipe,
+    routed,
+    stem,
+    unavailable,
+    words,
+)
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
-from .names import containers, contents, description_words, identifiers, known_names, parameter_enums
+from .names import (
+    containers,
+    contents,
+    description_words,
+    identifiers,
+    known_names,
+    location_values,
+    object_values,
+    parameter_enums,
+)
 from .scene import render_scene
 from .task_state import (
     Intent,
@@ -71,6 +92,17 @@ _VERBS = frozenset(("get", "set", "put", "place", "take", "press", "push", "inse
                     "release", "open", "close", "turn", "add", "remove", "use", "go", "launch", "call"))
 _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possible", "no such", "not available",
                "does not exist", "doesn't exist", "not found", "sorry", "no more", "anymore")
+
+
+_HELD = re.compile(r"\bheld\b|\bholding\b|\bin (?:the|your) gripper\b", re.I)
+_CONDITION = re.compile(r"dirty|clean|state|condition|quality|damaged", re.I)
+
+
+def check_tool(toolbox: ToolBox) -> ToolSpec | None:
+    """A parameterless tool that reports on the held object ("Inspect the held object to determine if
+    it is dirty or clean")."""
+    return next((t for t in toolbox.tools if t.name != CANCEL_TOOL and not t.params and _HELD.search(t.description)
+                 and _CONDITION.search(t.description)), None)
 
 
 def _plain(text: str) -> str:
@@ -198,16 +230,39 @@ class MagmaPolicy(Policy):
         robot = robots[0]
         if (look := self.look(situation, state)) is not None:
             return look
-        if take is None or put is None or state.scene is None:
+        if take is None or put is None:
             return None
-        looked_last = self.looked_last(situation, state)
-        goal = read_goal(state.request, [*situation.memory.memory_list, *state.rules], state.scene,
-                         scene=state.scene, held=state.held)
-        if goal is None:
-            return None
+        rules = [*situation.memory.memory_list, *state.rules]
         puts_done = sum(1 for c in state.done_calls if c["name"] == put.name)
         moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+        if state.scene is None:
+            if observe is not None:
+                return None
+            # Nothing to look with: objects and areas are the task's own lists, destinations the rules'.
+            goal = assignment_goal(state.request, rules, object_values(situation.attributes),
+                                   location_values(situation.attributes))
+            if goal is None:
+                return None
+            step = next_step(goal, {}, state.held, puts_done, moved)
+            if step is None or (step.action != "done" and step.value is None):
+                return None
+            if step.action == "done":
+                return AgentDecision(say=completion_message(state))
+            return _call(take if step.action == "take" else put, robot, step.value)
+        looked_last = self.looked_last(situation, state)
+        goal = read_goal(state.request, rules, state.scene, scene=state.scene, held=state.held)
+        check = check_tool(situation.toolbox)
+        if goal is None:
+            if (steps := self.recipe_steps(situation, state, rules)) is not None:
+                return steps
+            return self.add_step(situation, state, rules, check, robot)
+        if (check is not None and state.held and state.condition is None and check.name in " ".join(rules)
+                and not any(c["name"] == check.name for c in state.failed)):
+            return _call(check, robot)  # a rule asks to inspect before choosing where it goes
         step = next_step(goal, state.scene, state.held, puts_done, moved)
+        if step is not None and step.action == "put" and state.held and goal.clear is not None:
+            step = type(step)("put", routed(state.held, state.condition, state.scene, rules, exclude=(goal.clear,))
+                              or step.value)
         if step is None:
             if observe is not None and not looked_last:
                 return _call(observe, robot)
@@ -223,6 +278,96 @@ class MagmaPolicy(Policy):
         if step.value is None:
             return None  # where it goes is the model's choice (see enums)
         return _call(take if step.action == "take" else put, robot, step.value)
+
+    def recipe_steps(self, situation: Situation, state: TaskState, rules: list[str]) -> AgentDecision | None:
+        """The next step of a rule that says how to do the request, in order; None without such a rule."""
+        clauses = recipe(state.request, rules)
+        if not clauses or state.scene is None:
+            return None
+        _, take, put = roles(situation.toolbox)
+        places = [*state.scene, *location_values(situation.attributes)]
+        objects = [t for ts in state.scene.values() for t in ts] + ([state.held] if state.held else [])
+        steps: list[tuple[ToolSpec, str | None]] = []
+        for clause in clauses:
+            said = words(clause)
+            tool = next((t for t in situation.toolbox.tools if t.name in said and t not in (take, put)), None)
+            if tool is not None:
+                steps.append((tool, None))
+            elif take is not None and _TAKE_VERB.search(clause):
+                thing = next((o for o in objects if words(stem(o)) <= said), None)
+                if thing is None:
+                    return None
+                steps.append((take, thing))
+            elif put is not None and _PUT.search(clause):
+                place = next((p for p in places if words(p) <= said), None)
+                if place is None:
+                    return None
+                steps.append((put, place))
+        done = 0
+        for call in state.done_calls:
+            if done < len(steps) and call["name"] == steps[done][0].name:
+                done += 1
+        if done >= len(steps):
+            return AgentDecision(say=completion_message(state))
+        tool, value = steps[done]
+        return _call(tool, (situation.toolbox.robots or ("robot",))[0], value)
+
+    def add_step(self, situation: Situation, state: TaskState, rules: list[str], check: ToolSpec | None,
+                 robot: str) -> AgentDecision | None:
+        """"Set 1 apple, 1 plate on the table": bring what is missing there, one object at a time."""
+        _, take, put = roles(situation.toolbox)
+        wanted = additions(state.request, [*state.scene, *location_values(situation.attributes)])
+        if wanted is None or take is None or put is None:
+            return None
+        place, items = wanted
+        if state.held:
+            if check is not None and state.condition is None and check.name in " ".join(rules):
+                return _call(check, robot)
+            target = place if state.condition != "dirty" else routed(state.held, "dirty", state.scene, rules)
+            return _call(put, robot, target) if target else None
+        moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+        for count, word in items:
+            kind = state.aliases.get(word, word)
+            have = [t for t in state.scene.get(place, []) if stem(t) == kind]
+            if len(have) >= count:
+                continue
+            spare = [t for p, ts in state.scene.items() if p != place for t in ts if stem(t) == kind and t not in moved]
+            if not spare:
+                return None  # unknown word or nothing left: the model (or the alias step) decides
+            return _call(take, robot, spare[0])
+        return AgentDecision(say=completion_message(state))
+
+    async def resolve_aliases(self, situation: Situation, state: TaskState) -> list[dict[str, Any]]:
+        """Words of the request that name no object type in the scene ("apple" when the scene has
+        orange_1): one constrained model choice each among the types the request does not name."""
+        if state.scene is None:
+            return []
+        wanted = additions(state.request, [*state.scene, *location_values(situation.attributes)])
+        if wanted is None:
+            return []
+        kinds = sorted({stem(t) for ts in state.scene.values() for t in ts})
+        steps = []
+        for _, word in wanted[1]:
+            if word in kinds or word in state.aliases:
+                continue
+            free = [k for k in kinds if k not in {w for _, w in wanted[1]} and k not in state.aliases.values()]
+            if not free:
+                continue
+            request = GenerationRequest(
+                messages=(Message("user", f"The user asked for '{word}', but no object has that name. The objects are "
+                                          f"of these kinds: {', '.join(free)}. Which kind does the user mean?"),),
+                n=1, greedy=True, max_tokens=16, seed=self.settings.seed,
+                json_schema={"type": "object", "properties": {"kind": {"enum": free}}, "required": ["kind"]},
+                situation=situation, component="aliases")
+            (completion,) = await self.backend.generate(request)
+            try:
+                kind = json.loads(strip_reasoning(completion.text)).get("kind")
+            except (ValueError, AttributeError):
+                kind = None
+            if kind in free:
+                state.aliases = {**state.aliases, word: kind}
+            steps.append(model_step(0, request, completion, input_elements={"word": word}))
+        return steps
 
     @staticmethod
     def looked_last(situation: Situation, state: TaskState) -> bool:
@@ -354,7 +499,12 @@ class MagmaPolicy(Policy):
         if not held or put is None:
             return []
         places = self.enums(situation, state, narrow=False).get(put.name, {}).get(put.params[0].name, [])
-        words = {w for w in re.split(r"[_\-\s]+", held.lower()) if w and not w.isdigit()}
+        objects = {*object_values(situation.attributes), *(t for ts in (state.scene or {}).values() for t in ts),
+                   *contents([*state.observations, state.last_feedback]), held}
+        places = [p for p in places if p not in objects]  # an object is never a place
+        split = [set(w for w in re.split(r"[_\-\s]+", o.lower()) if w and not w.isdigit()) for o in objects]
+        common = set.intersection(*split) if len(split) > 1 else set()  # "ref", "obj", "cube": not distinctive
+        words = {w for w in re.split(r"[_\-\s]+", held.lower()) if w and not w.isdigit()} - common
         return [p for p in places if p != held and ("_" in p or "-" in p)
                 and words & set(re.split(r"[_\-\s]+", p.lower()))]
 
@@ -385,13 +535,15 @@ class MagmaPolicy(Policy):
                     if isinstance(value, str):
                         exclude.setdefault(tool.name, set()).add(value)
         enums = parameter_enums(situation.toolbox, names, exclude=exclude)
-        places = list(dict.fromkeys([*(state.scene or {}), *containers(results)]))
+        places = list(dict.fromkeys([*(state.scene or {}), *containers(results),
+                                     *location_values(situation.attributes)]))
         if places:
             # A parameter that names a location takes a place the robots reported (or one its own
             # description names), not a colour or an object.
             for tool in situation.toolbox.tools:
                 for param in tool.params:
-                    if param.json_type == "string" and _LOCATION.search(f"{param.name} {param.description}"):
+                    if (param.json_type == "string" and _LOCATION.search(f"{param.name} {param.description}")
+                            and not re.search(r"\bnew\b", f"{tool.description} {param.description}", re.I)):
                         own = [w for w in [*identifiers(param.description), *description_words(param.description)]
                                if w in places or "_" in w or w.lower() == "table"]
                         allowed = [v for v in dict.fromkeys([*places, *own])
@@ -476,7 +628,16 @@ class MagmaPolicy(Policy):
             if tool is not None and not tool.params:
                 excluded.append(tool.name)
         _, take, put = roles(situation.toolbox)
+        if not state.held:  # tools that act on or with the held object only fail with an empty gripper
+            excluded += [t.name for t in situation.toolbox.tools if not t.params and _HELD.search(t.description)]
         if take is not None and put is not None:
+            # A tool that neither the request nor a rule names by its object words (set_light, add_new_location)
+            # is not part of a pick-and-place job.
+            said = words(" ".join([state.request, *situation.memory.memory_list, *state.rules]))
+            for tool in situation.toolbox.tools:
+                named = words(tool.name.replace("_", " ")) | words(" ".join(description_words(tool.description)))
+                if tool.params and tool not in (take, put) and not (named - _VERBS) & said:
+                    excluded.append(tool.name)
             if self.held(state, take, put) is not None:
                 excluded += [t.name for t in situation.toolbox.tools if t.name != put.name]
             else:
@@ -500,14 +661,16 @@ class MagmaPolicy(Policy):
                 decision = AgentDecision(say=acknowledgement(instruction.content))
                 return [self.result(situation, state, decision, shared_steps, memory) for memory in memories]
             if (intent == "act" and state.intent == "act" and state.request and not state.finished
-                    and (situation.toolbox.busy or _AMEND.search(instruction.content))):
+                    and _AMEND.search(instruction.content)):
                 state.amend(instruction.content)
-                if situation.toolbox.busy:
-                    decision = self.resume_or_cancel(situation, state)
-                    return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
-                            for memory in memories]
             else:
                 state.start(intent, instruction.content)
+            if intent == "act" and situation.toolbox.busy:
+                # lava's own next call is held while the user speaks: it was the best next step, so
+                # it runs (an empty decision), unless the message removed what it acts on.
+                decision = self.resume_or_cancel(situation, state)
+                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                        for memory in memories]
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
                 # The user said it is gone; acting anyway fails the stage, saying so is the answer.
@@ -531,6 +694,10 @@ class MagmaPolicy(Policy):
                 return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
                         for memory in memories]
 
+        if state.intent == "act":
+            for step in await self.resolve_aliases(situation, state):
+                step["id"] = f"step-{len(shared_steps)}"
+                shared_steps.append(step)
         if state.intent == "act" and (decision := skills.next_decision(situation, state)
                                       or self.pick_and_place(situation, state)) is not None:
             return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)

@@ -78,6 +78,30 @@ def known_names(attributes: Mapping[str, Any], texts: Sequence[str], user_texts:
     return list(dict.fromkeys(names))
 
 
+_PLACE_KEY = re.compile(r"(?:^|_)(?:locations?|areas?|zones?|places?|halls?|targets?|destinations?)(?:_|$)", re.I)
+_OBJECT_KEY = re.compile(r"(?:^|_)(?:objects?|items?|packages?|parts?)(?:_|$)", re.I)
+
+
+def _values(attributes: Mapping[str, Any], key: re.Pattern[str]) -> list[str]:
+    out: list[str] = []
+    for name, value in attributes.items():
+        if name in ("known_robots", "robot_statuses") or not key.search(name):
+            continue
+        items = value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]
+        out += [v for v in items if isinstance(v, str) and v.strip()]
+    return list(dict.fromkeys(out))
+
+
+def location_values(attributes: Mapping[str, Any]) -> list[str]:
+    """Places the task lists as such ("locations", "target_areas"): valid targets even when empty
+    (a detection report leaves empty places out)."""
+    return _values(attributes, _PLACE_KEY)
+
+
+def object_values(attributes: Mapping[str, Any]) -> list[str]:
+    return _values(attributes, _OBJECT_KEY)
+
+
 def parameter_enums(toolbox: ToolBox, names: Sequence[str], *, exclude: Mapping[str, set[str]] | None = None
                     ) -> dict[str, dict[str, list[str]]]:
     """Per tool, per string parameter: the known names plus the words of its descriptions."""
@@ -93,5 +117,14 @@ def parameter_enums(toolbox: ToolBox, names: Sequence[str], *, exclude: Mapping[
     return enums
 
 
-__all__ = ["attribute_values", "containers", "contents", "description_words", "identifiers", "known_names",
-           "parameter_enums"]
+__all__ = [
+    "attribute_values",
+    "containers",
+    "contents",
+    "description_words",
+    "identifiers",
+    "known_names",
+    "location_values",
+    "object_values",
+    "parameter_enums",
+]

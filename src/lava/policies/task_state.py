@@ -94,6 +94,8 @@ class TaskState:
     scene: dict[str, list[str]] | None = None
     held: str | None = None
     held_from: str | None = None  # where the held object was taken from: putting it back undoes the take
+    aliases: dict[str, str] = field(default_factory=dict)  # request word -> object type in the scene
+    condition: str | None = None  # what an inspection said of the held object ("dirty", "clean")
     # Calls refused since the world last changed, with the reason: never worth repeating.
     failed: list[dict[str, Any]] = field(default_factory=list)
     # Each skill's own JSON (see skills.py), kept across requests.
@@ -188,19 +190,21 @@ class TaskState:
             observed = read_scene(message)
             if observed is not None:
                 self.scene = observed
+            elif self.held and (said := re.search(r"\b(dirty|clean)\b", message, re.IGNORECASE)):
+                self.condition = said.group(1).lower()
             return
         value = next(iter((call.get("arguments") or {}).values()), None)
         if not isinstance(value, str):
             return
         if take is not None and call["name"] == take.name:
-            self.held = value
+            self.held, self.condition = value, None
             self.held_from = scenes.where(self.scene, value) if self.scene is not None else None
             if self.scene is not None:
                 self.scene = scenes.taken(self.scene, value)
         elif put is not None and call["name"] == put.name:
             if self.scene is not None and self.held:
                 self.scene = scenes.put(self.scene, self.held, value)
-            self.held = self.held_from = None
+            self.held = self.held_from = self.condition = None
 
     def repeats_failure(self, decision: AgentDecision) -> bool:
         """Whether every call of the decision is one that was refused since the world last changed."""
