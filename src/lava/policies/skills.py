@@ -34,6 +34,7 @@ class Skill(Protocol):
 # name -> (module, class); imported when first used
 SKILLS: dict[str, tuple[str, str]] = {
     "orders": ("lava.policies.orders", "OrdersSkill"),
+    "returns": ("lava.policies.returns", "ReturnsSkill"),
 }
 
 _loaded: list[Skill] | None = None

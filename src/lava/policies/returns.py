@@ -1,0 +1,465 @@
+"""Returns at a reception desk and deliveries prepared from storage, by several robots:
+"Process the two returned products currently in the reception area: place the clean product in its
+corresponding storage and discard the damaged product. At the same time, prepare priority delivery
+AD-001 for Alice Martin in Paris with 2 snacks products."
+
+The work, read from the tools' own words (MAGMA-GEN renames tools, parameters and descriptions):
+- returns, by the robot that owns the reception: look at the reception table, then for each product
+  pick it, inspect it, and put it in the trash (broken) or on its helper tray (clean); then carry the
+  tray to the storage spot of each clean product's type, pick it from the tray and put it on the table;
+- deliveries, by another robot: go to an output bay of the requested service, take its package, go
+  to each product type's spot, pick and put the products in the package, go back, drop the package
+  and label it with the order, the recipient and the city.
+
+Each stage of the benchmark counts every robot call against a budget of about 1.5 times the
+costliest objective, and a stage ends as soon as enough objectives are met. So the returns run
+first (their first objective comes cheapest) and the delivery robot only makes its first move in
+parallel (which also frees the storage spot it starts on); it works once the returns are finished.
+Progress is replayed from the calls that succeeded; what only a message says (the products seen,
+clean or broken, which robot blocks a spot) is kept in the skill's notes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import AgentDecision, ToolCall
+from ..situation import Situation
+from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
+from .goals import words
+from .task_state import TaskState, read_results
+
+_MOVE = frozenset(("move", "navigate", "go", "send", "goto"))
+_TAKE = frozenset(("take", "collect", "pick", "grab", "get"))
+_DROP = frozenset(("drop", "release", "return", "put", "deposit"))
+_BOX = frozenset(("package", "tray", "box", "container", "crate"))
+_LOOK = frozenset(("list", "scan", "report", "detection", "detect"))
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "a": 1, "an": 1}
+_DELIVERY = re.compile(r"\bdelivery\s+(?P<id>[A-Z][A-Z0-9]*-\d+)\s+for\s+(?P<name>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)"
+                       r"\s+in\s+(?P<city>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)(?P<rest>(?:(?!\bdelivery\s+[A-Z])[^.])*)")
+_SEEN = re.compile(r"On\s+(?P<table>[\w ]+?),\s*there is:\s*(?P<items>[^.]*)\.", re.I)
+_OCCUPIED = re.compile(r"(?P<target>\S+) is already occupied by (?P<who>\S+?)\.?$", re.I)
+
+
+def _w(tool: ToolSpec) -> set[str]:
+    return words(f"{tool.name.replace('_', ' ')} {tool.description}")
+
+
+def _parts(name: str) -> set[str]:
+    """The parts of a name as written (drinks_spot -> {drinks, spot}): no singular forms."""
+    return {p for p in re.split(r"[^a-z0-9]+", name.lower()) if p}
+
+
+@dataclass(frozen=True)
+class ReturnTools:
+    move: ToolSpec
+    pick: ToolSpec
+    put: ToolSpec
+    inspect: ToolSpec
+    look: ToolSpec
+    take_box: ToolSpec | None
+    drop_box: ToolSpec | None
+    label: ToolSpec | None
+    trash: str  # the put target that discards ("trashcan")
+    tray: str  # the robot's own helper tray
+    package: str  # the package a delivery robot holds
+    table: str
+
+
+def return_tools(toolbox: ToolBox) -> ReturnTools | None:
+    tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
+    bare = [t for t in tools if not t.params]
+    # Only an inspection tells clean from broken: that is what makes this task shape.
+    inspect = next((t for t in bare if {"clean", "broken"} <= words(t.description)), None)
+    look = next((t for t in bare if t is not inspect and _w(t) & _LOOK), None)
+    boxes = [t for t in bare if t not in (inspect, look) and _w(t) & _BOX]
+    take_box = next((t for t in boxes if _w(t) & _TAKE and not _w(t) & (_DROP - {"return"})), None)
+    drop_box = next((t for t in boxes if t is not take_box and _w(t) & _DROP), None)
+    label = next((t for t in tools if len(t.params) == 3
+                  and any(re.search("city", f"{p.name} {p.description}", re.I) for p in t.params)), None)
+    single = [t for t in tools if len(t.params) == 1]
+    put = next((t for t in single if "trash" in f"{t.description} {t.params[0].description}".lower()), None)
+    move = next((t for t in single if t is not put and _w(t) & _MOVE), None)
+    pick = next((t for t in single if t not in (put, move) and _w(t) & _TAKE), None)
+    if None in (inspect, look, put, move, pick):
+        return None
+    put_text = re.findall(r"[a-z]+", f"{put.description} {put.params[0].description}".lower())  # type: ignore[union-attr]
+    trash = next((w for w in put_text if "trash" in w), None)
+    tray = next((w for w in put_text if w == "tray"), None)
+    package = next((w for w in put_text if w in ("package", "box", "container")), None)
+    table = next((w for w in put_text if w == "table"), None)
+    if None in (trash, tray, package, table):
+        return None
+    return ReturnTools(move, pick, put, inspect, look, take_box, drop_box, label,  # type: ignore[arg-type]
+                       trash, tray, package, table)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    order: str
+    name: str
+    city: str
+    service: str | None
+    products: tuple[tuple[str, int], ...]  # (product type, how many)
+
+
+def read_deliveries(request: str, types: Sequence[str], services: Sequence[str]) -> list[Delivery]:
+    """"delivery AD-001 for Lucas Moreau in Nantes, using priority service, containing 1 hygiene
+    product" and "priority delivery AD-001 for Alice Martin in Paris with 2 snacks products"."""
+    found = []
+    for match in _DELIVERY.finditer(request):
+        around = request[max(0, match.start() - 30):match.start()] + match["rest"]
+        service = next((s for s in services if re.search(rf"\b{re.escape(s)}\b", around, re.I)), None)
+        products = []
+        for t in types:
+            count = re.search(rf"\b(\d+|one|two|three|four|five|an?)\s+{re.escape(t)}\b", match["rest"], re.I)
+            if count:
+                n = count[1].lower()
+                products.append((t, int(n) if n.isdigit() else _NUMBERS[n]))
+        if products:
+            found.append(Delivery(match["id"], match["name"], match["city"].strip(), service, tuple(products)))
+    return found
+
+
+def wants_returns(request: str) -> bool:
+    return bool(re.search(r"\breturn|\breception|\bdamaged|\bbroken|\bdiscard", request, re.I))
+
+
+def _robot_of(who: str, robots: Sequence[str]) -> str | None:
+    """The robot a tool-centre name stands for: preparation_b_tcp -> preparation_robot_b."""
+    parts = _parts(who) - {"tcp", "gripper", "arm", "robot"}
+    fitting = [r for r in robots if parts and parts <= _parts(r)]
+    return fitting[0] if len(fitting) == 1 else (who if who in robots else None)
+
+
+# -- the skill's notes: what only messages say --------------------------------------------------
+
+
+def _where(done: Sequence[Mapping[str, Any]], robot: str, move: str) -> str | None:
+    at = None
+    for call in done:
+        if call.get("robot") == robot and call["name"] == move:
+            at = next(iter((call.get("arguments") or {}).values()), None)
+    return at
+
+
+def _held(done: Sequence[Mapping[str, Any]], robot: str, tools: ReturnTools) -> str | None:
+    held = None
+    for call in done:
+        if call.get("robot") != robot:
+            continue
+        if call["name"] == tools.pick.name:
+            held = next(iter((call.get("arguments") or {}).values()), None)
+        elif call["name"] == tools.put.name:
+            held = None
+    return held
+
+
+def note_feedback(situation: Situation, state: TaskState, notes: dict[str, Any], tools: ReturnTools) -> None:
+    if situation.feedback is None:
+        return
+    robots = situation.toolbox.robots or ()
+    seen, condition, blocked = notes.setdefault("seen", {}), notes.setdefault("condition", {}), \
+        notes.setdefault("blocked", {})
+    for result in read_results(situation.feedback):
+        if result.tool == tools.look.name and result.ok and (match := _SEEN.search(result.message)):
+            items = [i.strip() for i in match["items"].split(",") if i.strip() and i.strip() != "nothing"]
+            at = _where(state.done_calls, result.robot, tools.move.name) or ""
+            seen[f"{result.robot}@{at}"] = items
+        elif result.tool == tools.inspect.name and result.ok:
+            held = _held(state.done_calls, result.robot, tools)
+            text = result.message.lower()
+            if held:
+                condition[held] = "broken" if re.search(r"broken|damaged|defect", text) else \
+                    "clean" if "clean" in text else condition.get(held)
+        elif result.tool == tools.move.name and not result.ok and (match := _OCCUPIED.search(result.message)):
+            who = _robot_of(match["who"], robots)
+            if who:
+                blocked[match["target"]] = who
+        elif result.tool == tools.move.name and result.ok:
+            # the robot left wherever it blocked, and where it arrived nobody else is
+            at = _where(state.done_calls, result.robot, tools.move.name)
+            for target in [t for t, who in blocked.items() if who == result.robot or t == at]:
+                del blocked[target]
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+Call = tuple[str, str, dict[str, Any]]  # (robot, tool, arguments)
+
+
+@dataclass
+class Plan:
+    tools: ReturnTools
+    robots: tuple[str, ...]
+    keeper: str  # the robot owning the reception (and the trash)
+    home: str  # its move target
+    targets: list[str]
+    types: list[str]
+    instances: list[str]
+    done: Sequence[Mapping[str, Any]]
+    failed: Sequence[Mapping[str, Any]]
+    notes: dict[str, Any]
+
+    def arg(self, tool: ToolSpec, value: str) -> dict[str, str]:
+        return {tool.params[0].name: value}
+
+    def spot(self, product: str) -> str | None:
+        kind = self.kind(product)
+        fitting = [t for t in self.targets if kind and kind in _parts(t)]
+        return fitting[0] if len(fitting) == 1 else None
+
+    def kind(self, product: str) -> str | None:
+        return next((t for t in self.types if product == t or product.startswith(f"{t}_")), None)
+
+    def calls_of(self, robot: str) -> list[Mapping[str, Any]]:
+        return [c for c in self.done if c.get("robot") == robot]
+
+    def value(self, call: Mapping[str, Any]) -> Any:
+        return next(iter((call.get("arguments") or {}).values()), None)
+
+    # -- returns ----------------------------------------------------------------------------
+
+    def returns(self) -> tuple[str, Call | None]:
+        """("done" | "busy" | "unsure", the keeper's next call)."""
+        t, robot = self.tools, self.keeper
+        at, held, tray, trashed, stored = None, None, [], set(), set()
+        for call in self.calls_of(robot):
+            value = self.value(call)
+            if call["name"] == t.move.name:
+                at = value
+            elif call["name"] == t.pick.name:
+                held = value
+                if value in tray:
+                    tray.remove(value)
+            elif call["name"] == t.put.name and held:
+                if value == t.trash:
+                    trashed.add(held)
+                elif value == t.tray:
+                    tray.append(held)
+                elif value == t.table and at not in (None, self.home):
+                    stored.add(held)
+                held = None
+        here = at in (None, self.home)  # it starts at the reception
+        seen = self.notes.get("seen", {}).get(f"{robot}@{'' if at is None else at}") if here else None
+        reception = self.notes.get("reception")
+        if reception is None:
+            if not here:
+                return "busy", (robot, t.move.name, self.arg(t.move, self.home))
+            if seen is None:
+                return "busy", (robot, t.look.name, {})
+            reception = self.notes["reception"] = [i for i in seen if self.kind(i)]
+        condition = self.notes.get("condition", {})
+        if held:
+            state = condition.get(held)
+            if state is None:
+                return "busy", (robot, t.inspect.name, {})
+            if state == "broken":
+                return ("busy", (robot, t.put.name, self.arg(t.put, t.trash))) if here else ("unsure", None)
+            return "busy", (robot, t.put.name, self.arg(t.put, t.tray if here else t.table))
+        waiting = [i for i in reception if i not in tray and i not in trashed and i not in stored]
+        if waiting:
+            if not here:
+                return "busy", (robot, t.move.name, self.arg(t.move, self.home))
+            return "busy", (robot, t.pick.name, self.arg(t.pick, waiting[0]))
+        if tray:
+            # by spot, the one the robot is at first
+            item = next((i for i in tray if self.spot(i) == at), tray[0])
+            spot = self.spot(item)
+            if spot is None:
+                return "unsure", None
+            if at != spot:
+                return "busy", (robot, t.move.name, self.arg(t.move, spot))
+            return "busy", (robot, t.pick.name, self.arg(t.pick, item))
+        return "done", None
+
+    # -- deliveries -------------------------------------------------------------------------
+
+    def delivery(self, robot: str, deliveries: Sequence[Delivery], first_only: bool) -> tuple[str, Call | None]:
+        t = self.tools
+        if t.take_box is None or t.drop_box is None or t.label is None:
+            return "unsure", None
+        at, has_box, held, in_box, dropped, labelled = None, False, None, [], False, set()
+        order_param = next(p.name for p in t.label.params if re.search("order|id|reference", p.name, re.I)) \
+            if any(re.search("order|id|reference", p.name, re.I) for p in t.label.params) else t.label.params[0].name
+        for call in self.calls_of(robot):
+            value = self.value(call)
+            if call["name"] == t.move.name:
+                at = value
+            elif call["name"] == t.take_box.name:
+                has_box, in_box = True, []
+            elif call["name"] == t.pick.name:
+                held = value
+            elif call["name"] == t.put.name and held:
+                in_box.append(held)
+                held = None
+            elif call["name"] == t.drop_box.name:
+                has_box, dropped = False, True
+            elif call["name"] == t.label.name:
+                labelled.add((call.get("arguments") or {}).get(order_param))
+                dropped = False
+        pending = [d for d in deliveries if d.order not in labelled]
+        if not pending:
+            return "done", None
+        order = pending[0]
+        bays = [b for b in self.targets if order.service and order.service in _parts(b)] or \
+            [b for b in self.targets if _parts(b) & {"bay", "output"}]
+        refused = {self.value(c) for c in self.failed if c.get("robot") == robot and c["name"] == t.move.name}
+        bay = next((b for b in bays if b not in refused), None)
+        if bay is None:
+            return "unsure", None
+        if dropped:
+            return "busy", (robot, t.label.name, self.label_args(order))
+        if not has_box:
+            if at != bay:
+                return "busy", (robot, t.move.name, self.arg(t.move, bay))
+            return ("busy", (robot, t.take_box.name, {})) if not first_only else ("busy", None)
+        if first_only:
+            return "busy", None
+        if held:
+            return "busy", (robot, t.put.name, self.arg(t.put, t.package))
+        missing = list((Counter({k: n for k, n in order.products}) -
+                        Counter(self.kind(i) for i in in_box)).elements())
+        if missing:
+            kind = missing[0]
+            spot = next((s for s in self.targets if kind in _parts(s)), None)
+            if spot is None:
+                return "unsure", None
+            if at != spot:
+                return "busy", (robot, t.move.name, self.arg(t.move, spot))
+            # never a returned product: taking one back off its storage table undoes the return
+            avoid = set(self.notes.get("reception") or []) | set(in_box) | \
+                {self.value(c) for c in self.failed if c["name"] == t.pick.name}
+            seen = self.notes.get("seen", {}).get(f"{robot}@{spot}")
+            known = seen if seen is not None else self.instances
+            free = [i for i in known if self.kind(i) == kind and i not in avoid]
+            if free:
+                return "busy", (robot, t.pick.name, self.arg(t.pick, free[0]))
+            if seen is None:
+                return "busy", (robot, t.look.name, {})
+            return "unsure", None
+        if at != bay:
+            return "busy", (robot, t.move.name, self.arg(t.move, bay))
+        return "busy", (robot, t.drop_box.name, {})
+
+    def label_args(self, order: Delivery) -> dict[str, str]:
+        args = {}
+        for p in self.tools.label.params:  # type: ignore[union-attr]
+            text = f"{p.name} {p.description}".lower()
+            args[p.name] = order.city if "city" in text else order.order if re.search(
+                r"order|reference|\bid\b", text) else order.name
+        return args
+
+    # -- the way clear -----------------------------------------------------------------------
+
+    def park(self, robot: str, taken: set[str]) -> Call | None:
+        """Move an idle robot out of the way: the keeper home, another robot to a bay nobody uses."""
+        if robot == self.keeper:
+            return robot, self.tools.move.name, self.arg(self.tools.move, self.home)
+        bays = [b for b in self.targets if _parts(b) & {"bay", "output"} and b not in taken]
+        return (robot, self.tools.move.name, self.arg(self.tools.move, bays[-1])) if bays else None
+
+
+def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) -> list[Call] | str | None:
+    """The next calls (on different robots), "done", or None when this is not such a task or unsure."""
+    toolbox = situation.toolbox
+    tools = return_tools(toolbox)
+    robots = tuple(toolbox.robots or ())
+    if tools is None or len(robots) < 2:
+        return None
+    attributes = situation.attributes
+    lists = {k: [v for v in vs if isinstance(v, str)] for k, vs in attributes.items()
+             if isinstance(vs, list) and k != "known_robots"}
+    targets = next((vs for vs in lists.values() if len(vs) > 2 and any("_" in v for v in vs)
+                    and any(_parts(v) & _parts(r) for v in vs for r in robots)), None)
+    if not targets:
+        return None
+    # the keeper: the robot named after a place it goes to ("reception_robot" -> "reception")
+    keepers = [(r, v) for r in robots for v in targets if _parts(v) <= _parts(r) - {"robot"}]
+    if len(keepers) != 1:
+        return None
+    keeper, home = keepers[0]
+    types = next((vs for vs in lists.values() if vs and all(any(v in _parts(t) for t in targets) for v in vs)
+                  and not set(vs) & set(targets)), None)
+    if not types:
+        return None
+    instances = [v for vs in lists.values() for v in vs if any(v.startswith(f"{t}_") for t in types)
+                 and v not in targets]
+    services = sorted({p for b in targets if _parts(b) & {"bay", "output"} for p in _parts(b)
+                       if p not in ("bay", "output") and not p.isdigit()})
+    deliveries = read_deliveries(state.request, types, services)
+    returns_wanted = wants_returns(state.request.split("delivery")[0] if deliveries else state.request)
+    if not deliveries and not returns_wanted:
+        return None
+    plan = Plan(tools, robots, keeper, home, targets, types, instances, state.done_calls, state.failed, notes)
+
+    r_status, r_call = plan.returns() if returns_wanted else ("done", None)
+    if r_status == "unsure":
+        return None
+    couriers = [r for r in robots if r != keeper]
+    courier = couriers[0]
+    # The courier's first move goes with the returns; the rest waits until the returns are done.
+    d_status, d_call = plan.delivery(courier, deliveries, first_only=r_status != "done") if deliveries \
+        else ("done", None)
+    if d_status == "unsure":
+        return None
+    if r_status == "done" and d_status == "done":
+        return "done"
+    calls = [c for c in (r_call, d_call) if c is not None]
+
+    # A move refused because another robot stands there: that robot steps aside first (the one that
+    # was going there waits a turn), unless it is busy with work of its own (then just wait).
+    blocked = notes.get("blocked", {})
+    working = {c[0] for c in calls}
+    taken = {v for c in calls for v in c[2].values()}
+    taken |= {b for d in deliveries for b in plan.targets if d.service and d.service in _parts(b)}
+    for index, call in enumerate(list(calls)):
+        target = next(iter(call[2].values()), None) if call[1] == tools.move.name else None
+        occupant = blocked.get(target) if target else None
+        if occupant and occupant != call[0]:
+            calls.remove(call)
+            if occupant not in working:
+                step = plan.park(occupant, taken)
+                if step is None:
+                    return None
+                calls.append(step)
+    if not calls:
+        return None
+    return calls
+
+
+class ReturnsSkill:
+    """Returns sorted at a reception and deliveries packed from storage, for a team of robots."""
+
+    name = "returns"
+
+    def observe(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> None:
+        if notes.get("request") != state.request:
+            notes.clear()
+            notes["request"] = state.request
+        tools = return_tools(situation.toolbox)
+        if tools is not None:
+            note_feedback(situation, state, notes, tools)
+
+    def next(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> AgentDecision | None:
+        if state.failures_in_row >= 3:
+            return None
+        step = next_calls(situation, state, notes)
+        if step is None:
+            return None
+        if step == "done":
+            from .magma import completion_message  # the policy's own wording; imported late (cycle)
+            return AgentDecision(say=completion_message(state))
+        decision = AgentDecision(tool_calls=[ToolCall(name=name, arguments=arguments, target_robot_name=robot)
+                                             for robot, name, arguments in step])
+        if state.repeats_failure(decision):
+            return None
+        return decision
+
+
+__all__ = ["Delivery", "ReturnTools", "ReturnsSkill", "next_calls", "read_deliveries", "return_tools"]

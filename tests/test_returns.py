@@ -1,0 +1,302 @@
+"""Returns at a reception and deliveries from storage (MAGMA's advanced_delivery), three robots.
+
+A small world answers with MAGMA's exact messages (ad_tools.py of magma_scenarios), and counts the
+calls of each stage like AtLeastCompletedObjectivesStage: a stage ends when enough objectives are
+met, and may spend at most ceil(1.5 * the costliest objective) calls. The model must not be asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.magma import MagmaPolicy
+from lava.policies.returns import read_deliveries, return_tools
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+from lava.tools import ToolBox
+
+TYPES = ["electronics", "drinks", "snacks", "hygiene", "textile"]
+TARGETS = ["reception", "electronics_spot", "drinks_spot", "snacks_spot", "hygiene_spot", "textile_spot",
+           "priority_bay_0", "priority_bay_1", "standard_bay_0", "standard_bay_1"]
+ROBOTS = ["reception_robot", "preparation_robot_a", "preparation_robot_b"]
+MEMORY = [
+    "When asked to process a return, treat every product on the reception table as part of the return batch. Use "
+    "detection to identify them, then pick and inspect each one.",
+    "Only reception_robot can access reception and use the trashcan. Discard broken returns; take clean returns to "
+    "their matching storage.",
+]
+
+
+def tools(names: dict[str, str] | None = None) -> list[dict]:
+    """The scenario's tools; `names` renames them like MAGMA-GEN (config.yaml variants)."""
+    n = {"move_to": "move_to", "take_package": "take_package", "drop_package": "drop_package", "pick": "pick",
+         "put": "put", "inspect": "inspect", "detection": "detection",
+         "attach_shipping_label": "attach_shipping_label", **(names or {})}
+    return [
+        {"name": n["move_to"], "description": "Move to a listed destination, carrying the held tray or package and "
+                                              "its contents. A product held only in the gripper is not carried.",
+         "arguments": {"target": {"description": "One of the listed move_targets, such as reception, hygiene_spot, "
+                                                 "or priority_bay_0.", "type": "str"}}},
+        {"name": n["take_package"], "description": "At a matching output bay, a preparation robot takes an available "
+                                                   "package tray.", "arguments": {}},
+        {"name": n["drop_package"], "description": "Put the held package tray on the output table.", "arguments": {}},
+        {"name": n["pick"], "description": "Take a product.",
+         "arguments": {"name": {"description": "Product name, for example electronics_0.", "type": "str"}}},
+        {"name": n["put"], "description": "Put the held product using target table, tray, package, or trashcan. "
+                                          "Spot and bay names are not put targets.",
+         "arguments": {"target": {"description": "Exactly table, tray, package, or trashcan; never a spot or bay "
+                                                 "name.", "type": "str"}}},
+        {"name": n["inspect"], "description": "Inspect the held product to learn whether it is clean or broken.",
+         "arguments": {}},
+        {"name": n["detection"], "description": "List products on the current table and in the robot's held tray or "
+                                                "package.", "arguments": {}},
+        {"name": n["attach_shipping_label"], "description": "At an output bay, label a dropped, nonempty package "
+                                                            "with its order ID, recipient name, and city.",
+         "arguments": {"order_id": {"description": "Unique delivery reference.", "type": "str"},
+                       "name": {"description": "Recipient name.", "type": "str"},
+                       "city": {"description": "Destination city.", "type": "str"}}},
+    ]
+
+
+class Depot:
+    """Reception, storage tables, output bays and three robots, like AdvancedDeliveryTools."""
+
+    TCP = {"reception_robot": "reception_tcp", "preparation_robot_a": "preparation_a_tcp",
+           "preparation_robot_b": "preparation_b_tcp"}
+
+    def __init__(self, reception: list[str], storage: list[str], broken: list[str]) -> None:
+        self.at = {"reception_robot": "reception", "preparation_robot_a": "electronics_spot",
+                   "preparation_robot_b": "textile_spot"}
+        self.tables: dict[str, list[str]] = {"reception": list(reception)}
+        for t in TYPES:
+            self.tables[f"{t}_spot"] = [p for p in storage if p.startswith(t)]
+        self.broken = set(broken)
+        self.held: dict[str, str | None] = dict.fromkeys(ROBOTS)
+        self.box: dict[str, list[str] | None] = {"reception_robot": [], "preparation_robot_a": None,
+                                                 "preparation_robot_b": None}
+        self.trash: list[str] = []
+        self.dropped: dict[str, list[str]] = {}
+        self.labels: list[tuple[str, str, str, str]] = []
+        self.calls: list[str] = []
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        self.calls.append(f"{robot}.{name}({', '.join(map(str, args.values()))})")
+        at = self.at[robot]
+        if name == "move_to":
+            target = args["target"]
+            if target not in TARGETS:
+                return False, f"Unknown target {target}."
+            ok = target in ("reception",) or target.endswith("_spot") if robot == "reception_robot" else \
+                not target == "reception"
+            if not ok:
+                return False, f"{target} is not accessible to {robot}."
+            if at == target:
+                return True, f"{robot} is at {target}."
+            other = next((r for r, where in self.at.items() if where == target and r != robot), None)
+            if other:
+                return False, f"{target} is already occupied by {self.TCP[other]}."
+            self.at[robot] = target
+            return True, f"{robot} is at {target}."
+        if name == "take_package":
+            if robot == "reception_robot":
+                return False, "The reception robot already has its fixed helper tray."
+            if self.box[robot] is not None:
+                return False, f"{robot} already holds a package."
+            if "bay" not in at:
+                return False, f"{robot} is not in front of an output buy."
+            self.box[robot] = []
+            return True, f"{robot} took {at.replace('_bay', '')}."
+        if name == "drop_package":
+            if self.box[robot] is None or "bay" not in at:
+                return False, f"{robot} does not hold a package."
+            self.dropped[at], self.box[robot] = self.box[robot], None
+            return True, f"{robot} dropped {at.replace('_bay', '')} on output position 0."
+        if name == "pick":
+            product = args["name"]
+            if self.held[robot]:
+                return False, "The gripper is not empty."
+            box = self.box[robot]
+            if box is not None and product in box:
+                box.remove(product)
+            elif product in self.tables.get(at, []):
+                self.tables[at].remove(product)
+            elif not any(product in things for things in self.tables.values()):
+                return False, f"{product} was not detected."
+            else:
+                return False, f"Object {product} is not in the same zone as robot {robot}."
+            self.held[robot] = product
+            return True, f"{product} is in the gripper."
+        if name == "put":
+            target, product = args["target"], self.held[robot]
+            if target == "trashcan" and robot != "reception_robot":
+                return False, "Only the reception robot can put products in the trashcan."
+            if product is None:
+                return False, "The gripper is empty."
+            if target == "trashcan":
+                if at != "reception":
+                    return False, f"Target trashcan is not in the same zone as robot {robot}."
+                self.trash.append(product)
+            elif target in ("tray", "package"):
+                if self.box[robot] is None:
+                    return False, "The robot does not hold a package."
+                self.box[robot].append(product)
+            elif target == "table":
+                if at != "reception" and not at.startswith(product.rsplit("_", 1)[0]):
+                    return False, f"Target table is not in the same zone as robot {robot}."
+                self.tables[at].append(product)
+            else:
+                return False, f"Unknown target: {target}."
+            self.held[robot] = None
+            return True, f"Successfully placed {product} on {target}."
+        if name == "inspect":
+            product = self.held[robot]
+            if product is None:
+                return False, "The gripper is empty."
+            return True, f"{robot} inspected {product}: it is {'broken' if product in self.broken else 'clean'}."
+        if name == "detection":
+            table = "reception_table" if at == "reception" else at.replace("_spot", "_table")
+            things = ", ".join(sorted(self.tables.get(at, []))) or "nothing"
+            box = ", ".join(self.box[robot] or []) or "nothing"
+            return True, f"On {table}, there is: {things}. In the package, there is: {box}."
+        if name == "attach_shipping_label":
+            if at not in self.dropped:
+                return False, "There is no dropped package in front of the robot."
+            if not self.dropped[at]:
+                return False, "package is empty and cannot be labelled."
+            self.labels.append((args["order_id"], args["name"], args["city"], at))
+            return True, f"Shipping label attached to package for {args['name']} in {args['city']}."
+        raise AssertionError(name)
+
+
+def no_model(req: GenerationRequest):
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[:300]}")
+
+
+def episode(world: Depot, request: str, objectives, *, attributes: dict | None = None, names: dict | None = None,
+            budget: int = 14, max_turns: int = 40) -> tuple[str, list[int]]:
+    """Run the request to its answer; `objectives(world)` counts the objectives met. Returns the answer
+    and the calls each stage spent (a stage ends when one more objective is met)."""
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": MEMORY, "history": []}
+    attrs = {"known_robots": ROBOTS, "product_types": TYPES, "move_targets": TARGETS,
+             "robot_statuses": dict.fromkeys(ROBOTS, "FREE"), **(attributes or {})}
+    instruction = {"type": "user", "content": request}
+    stages, spent = [], 0
+    for _ in range(max_turns):
+        entry = user_input(request, memory=memory, tools=tools(names), attributes=attrs)
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory, decision = out["memory"], out["output"]
+        if not decision["tool_calls"]:
+            return decision["say"], stages + [spent]
+        lines, previous = [], {}
+        for call in decision["tool_calls"]:
+            plain = {v: k for k, v in (names or {}).items()}.get(call["name"], call["name"])
+            ok, message = world.run(call["target_robot_name"], plain, call["arguments"])
+            lines.append(f"{call['target_robot_name']}: {call['name']} {'succeed' if ok else 'failed'} with message: "
+                         f"{message}")
+            previous[call["target_robot_name"]] = {"name": call["name"], "arguments": call["arguments"]}
+        spent += len(decision["tool_calls"])
+        assert spent <= budget, f"stage {len(stages)} over budget: {world.calls}"
+        while objectives(world) > len(stages) and len(stages) < 3:
+            stages.append(spent)
+            spent = 0
+        instruction = {"type": "env", "content": json.dumps({"infos": "\n".join(lines),
+                                                             "previous_tool_call": previous})}
+    raise AssertionError(f"no answer after {max_turns} turns: {world.calls}")
+
+
+def counter(reception: list[str], broken: list[str], order: tuple[str, str, str], wanted: dict[str, int]):
+    clean = [p for p in reception if p not in broken]
+
+    def objectives(world: Depot) -> int:
+        met = sorted(world.trash) == sorted(broken)
+        met += all(p in world.tables[f"{p.rsplit('_', 1)[0]}_spot"] for p in clean)
+        met += any(label[:3] == order and sorted(p.rsplit("_", 1)[0] for p in world.dropped[label[3]])
+                   == sorted(k for k, n in wanted.items() for _ in range(n)) for label in world.labels)
+        return met
+    return objectives
+
+
+PARALLEL = ("Process the two returned products currently in the reception area: place the clean product in its "
+            "corresponding storage and discard the damaged product. At the same time, prepare priority delivery "
+            "AD-001 for Alice Martin in Paris with 2 snacks products.")
+SIMPLE = ("There is a client return in the reception. At the same time, prepare 1 delivery: delivery AD-001 for "
+          "Lucas Moreau in Nantes, using priority service, containing 1 hygiene product.")
+
+
+def test_reads_deliveries_both_ways() -> None:
+    services = ["priority", "standard"]
+    (d,) = read_deliveries(PARALLEL, TYPES, services)
+    assert (d.order, d.name, d.city, d.service, d.products) == ("AD-001", "Alice Martin", "Paris", "priority",
+                                                                (("snacks", 2),))
+    (d,) = read_deliveries(SIMPLE, TYPES, services)
+    assert (d.order, d.name, d.city, d.service, d.products) == ("AD-001", "Lucas Moreau", "Nantes", "priority",
+                                                                (("hygiene", 1),))
+
+
+def test_tools_are_recognised_under_magma_gen_names() -> None:
+    renamed = {"move_to": "go_to_destination", "take_package": "pick_output_package",
+               "drop_package": "return_package_to_output", "pick": "collect_item", "put": "deposit_item",
+               "inspect": "check_held_item", "detection": "list_nearby_items", "attach_shipping_label": "label_package"}
+    box = ToolBox.from_input(tools(renamed), {"known_robots": ROBOTS})
+    found = return_tools(box)
+    assert found is not None
+    assert (found.move.name, found.take_box.name, found.drop_box.name, found.pick.name, found.put.name,
+            found.inspect.name, found.look.name, found.label.name) == tuple(renamed.values())
+    assert (found.trash, found.tray, found.package, found.table) == ("trashcan", "tray", "package", "table")
+
+
+def test_parallel_reception_and_one_delivery() -> None:
+    # ParallelReceptionOneDeliveryPreset: drinks_0 broken, electronics_0 clean, prep robot a on electronics_spot.
+    reception, broken = ["electronics_0", "drinks_0"], ["drinks_0"]
+    world = Depot(reception, ["snacks_0", "snacks_1"], broken)
+    answer, stages = episode(world, PARALLEL, counter(reception, broken, ("AD-001", "Alice Martin", "Paris"),
+                                                      {"snacks": 2}),
+                             attributes={"products": ["electronics_0", "drinks_0", "snacks_0", "snacks_1"]})
+    assert world.trash == ["drinks_0"] and "electronics_0" in world.tables["electronics_spot"]
+    assert world.labels == [("AD-001", "Alice Martin", "Paris", "priority_bay_0")]
+    assert sorted(world.dropped["priority_bay_0"]) == ["snacks_0", "snacks_1"]
+    assert answer.startswith("Done.")
+    assert len(stages) >= 3 and all(s <= 14 for s in stages), stages
+    # the first turn runs two robots at once
+    assert world.calls[:2] == ["reception_robot.detection()", "preparation_robot_a.move_to(priority_bay_0)"]
+
+
+def test_simple_definition_with_a_blocked_spot_and_unknown_instances() -> None:
+    # SimpleReceptionDeliveryDefinition seed 0: the clean textile goes where preparation_robot_b stands.
+    reception, broken = ["hygiene_0", "textile_1"], ["hygiene_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "snacks_1", "hygiene_1",
+               "textile_0"]
+    world = Depot(reception, storage, broken)
+    answer, stages = episode(world, SIMPLE, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
+                                                    {"hygiene": 1}))
+    assert world.trash == ["hygiene_0"] and "textile_1" in world.tables["textile_spot"]
+    assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "priority_bay_0")]
+    assert world.dropped["priority_bay_0"] == ["hygiene_1"]
+    assert len(stages) >= 3 and all(s <= 14 for s in stages), stages
+
+
+def test_clean_first_and_renamed_tools() -> None:
+    reception, broken = ["drinks_1", "textile_0"], ["textile_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "snacks_0", "snacks_1", "hygiene_0", "hygiene_1",
+               "textile_1"]
+    world = Depot(reception, storage, broken)
+    renamed = {"move_to": "navigate_to", "take_package": "collect_package_tray", "drop_package": "release_package_tray",
+               "pick": "take_product", "put": "place_product", "inspect": "examine_product",
+               "detection": "scan_products", "attach_shipping_label": "apply_delivery_label"}
+    request = ("There is a client return in the reception. At the same time, prepare 1 delivery: delivery AD-001 "
+               "for Nadia Petit in Toulouse, using priority service, containing 1 textile product.")
+    answer, stages = episode(world, request, counter(reception, broken, ("AD-001", "Nadia Petit", "Toulouse"),
+                                                     {"textile": 1}), names=renamed)
+    assert world.trash == ["textile_0"] and "drinks_1" in world.tables["drinks_spot"]
+    assert world.labels == [("AD-001", "Nadia Petit", "Toulouse", "priority_bay_0")]
+    assert world.dropped["priority_bay_0"] == ["textile_1"]
+    assert all(s <= 14 for s in stages), stages
