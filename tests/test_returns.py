@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
+from typing import ClassVar
 
 from conftest import user_input
 from lava.backends.base import GenerationRequest
@@ -67,7 +67,7 @@ def tools(names: dict[str, str] | None = None) -> list[dict]:
 class Depot:
     """Reception, storage tables, output bays and three robots, like AdvancedDeliveryTools."""
 
-    TCP = {"reception_robot": "reception_tcp", "preparation_robot_a": "preparation_a_tcp",
+    TCP: ClassVar[dict[str, str]] = {"reception_robot": "reception_tcp", "preparation_robot_a": "preparation_a_tcp",
            "preparation_robot_b": "preparation_b_tcp"}
 
     def __init__(self, reception: list[str], storage: list[str], broken: list[str]) -> None:
@@ -93,7 +93,7 @@ class Depot:
             if target not in TARGETS:
                 return False, f"Unknown target {target}."
             ok = target in ("reception",) or target.endswith("_spot") if robot == "reception_robot" else \
-                not target == "reception"
+                target != "reception"
             if not ok:
                 return False, f"{target} is not accessible to {robot}."
             if at == target:
@@ -195,7 +195,7 @@ def episode(world: Depot, request: str, objectives, *, attributes: dict | None =
         assert out["status"] == "completed", out
         memory, decision = out["memory"], out["output"]
         if not decision["tool_calls"]:
-            return decision["say"], stages + [spent]
+            return decision["say"], [*stages, spent]
         lines, previous = [], {}
         for call in decision["tool_calls"]:
             plain = {v: k for k, v in (names or {}).items()}.get(call["name"], call["name"])
@@ -276,7 +276,7 @@ def test_simple_definition_with_a_blocked_spot_and_unknown_instances() -> None:
     storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "snacks_1", "hygiene_1",
                "textile_0"]
     world = Depot(reception, storage, broken)
-    answer, stages = episode(world, SIMPLE, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
+    _answer, stages = episode(world, SIMPLE, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
                                                     {"hygiene": 1}))
     assert world.trash == ["hygiene_0"] and "textile_1" in world.tables["textile_spot"]
     assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "priority_bay_0")]
@@ -294,7 +294,7 @@ def test_clean_first_and_renamed_tools() -> None:
                "detection": "scan_products", "attach_shipping_label": "apply_delivery_label"}
     request = ("There is a client return in the reception. At the same time, prepare 1 delivery: delivery AD-001 "
                "for Nadia Petit in Toulouse, using priority service, containing 1 textile product.")
-    answer, stages = episode(world, request, counter(reception, broken, ("AD-001", "Nadia Petit", "Toulouse"),
+    _answer, stages = episode(world, request, counter(reception, broken, ("AD-001", "Nadia Petit", "Toulouse"),
                                                      {"textile": 1}), names=renamed)
     assert world.trash == ["textile_0"] and "drinks_1" in world.tables["drinks_spot"]
     assert world.labels == [("AD-001", "Nadia Petit", "Toulouse", "priority_bay_0")]

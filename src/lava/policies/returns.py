@@ -418,7 +418,7 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     working = {c[0] for c in calls}
     taken = {v for c in calls for v in c[2].values()}
     taken |= {b for d in deliveries for b in plan.targets if d.service and d.service in _parts(b)}
-    for index, call in enumerate(list(calls)):
+    for _index, call in enumerate(list(calls)):
         target = next(iter(call[2].values()), None) if call[1] == tools.move.name else None
         occupant = blocked.get(target) if target else None
         if occupant and occupant != call[0]:
