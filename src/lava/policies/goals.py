@@ -230,11 +230,6 @@ _ALL = re.compile(r"\b(?:all|every|each)\s+(?:the\s+|of\s+the\s+)?(?:objects?|it
 _MEMORY = re.compile(r"\b(?:memory|remember|assigned|assignments?|defaults?|usual|cycles?)\b", re.IGNORECASE)
 
 
-def _named(text: str, names: Sequence[str]) -> list[str]:
-    found = [(m.start(), n) for n in names for m in re.finditer(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
-    return list(dict.fromkeys(n for _, n in sorted(found)))
-
-
 def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> dict[str, str | None]:
     """Object -> area as a text states it ("ref_obj_1 goes to area2, ref_obj_2 goes to area3", "send
     ref_obj_3 and ref_obj_1 to area3", "all objects to area2"); None: the text withdraws the object
@@ -369,9 +364,14 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
     if goal.clear is not None:
         if held:
             return Step("put", sibling_home(held, scene, exclude=(goal.clear,)))
-        # what has a known home elsewhere (a same-type sibling is stored there) leaves first
-        left = sorted(scene.get(goal.clear, []), key=lambda t: sibling_home(t, scene, exclude=(goal.clear,)) is None)
-        return Step("take", left[0]) if left else Step("done")
+        # What has a known home elsewhere (a same-type sibling is stored there) leaves; once such
+        # objects were put away, what has no home is not what the request meant ("remove all objects"
+        # leaves the sponge: MAGMA counts serving objects). With no home known at all, the model chooses.
+        left = scene.get(goal.clear, [])
+        homed = [t for t in left if sibling_home(t, scene, exclude=(goal.clear,)) is not None]
+        if homed:
+            return Step("take", homed[0])
+        return Step("take", left[0]) if left and not puts_done else Step("done")
     wanted = targets(goal, scene, held)
     if held:
         return Step("put", wanted[held]) if held in wanted else None

@@ -79,6 +79,7 @@ def known_names(attributes: Mapping[str, Any], texts: Sequence[str], user_texts:
 
 
 _PLACE_KEY = re.compile(r"(?:^|_)(?:locations?|areas?|zones?|places?|halls?|targets?|destinations?)(?:_|$)", re.I)
+_CLASS_KEY = re.compile(r"class|type|kind|categor", re.I)
 _OBJECT_KEY = re.compile(r"(?:^|_)(?:objects?|items?|packages?|parts?)(?:_|$)", re.I)
 
 
@@ -99,7 +100,8 @@ def location_values(attributes: Mapping[str, Any]) -> list[str]:
 
 
 def object_values(attributes: Mapping[str, Any]) -> list[str]:
-    return _values(attributes, _OBJECT_KEY)
+    """Object names from the attributes (objects, items, ...), not their classes or types."""
+    return _values({k: v for k, v in attributes.items() if not _CLASS_KEY.search(k)}, _OBJECT_KEY)
 
 
 def parameter_enums(toolbox: ToolBox, names: Sequence[str], *, exclude: Mapping[str, set[str]] | None = None

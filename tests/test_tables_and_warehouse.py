@@ -1,0 +1,526 @@
+"""Warehouse and kitchen requests solved from the task state: MAGMA-BENCH warehouse_sorting-000/001/002
+(reference objects sent to areas the user assigned, with no way to look) and table_cleaning-000/002
+(clear a table, wipe it, add an object the request calls by another name), replayed stage by stage
+against small worlds that answer like MAGMA's warehouse_sorting and table_cleaning tools (messages
+copied from them; tools and attributes as the benchmark sent them).
+
+Each stage has a budget of tool calls, the one MAGMA's stage class sets: ObjectToZone allows its
+target of 2 plus 2 (4) per object sorted (5 for the last stage of temporary cycles, which also owe the
+final message; 4 is used here), PlaceObjectsStage, SetTableStage and WipeStage allow 4. A
+stage that must be answered (flag_answer_to_user) wants words once its goal is met; a rule wants words
+and no call. The model must not be needed except where a test says so: a backend that fails if asked
+stands at the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pytest
+
+from conftest import fixture_requests, user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.goals import Move, additions, assignment_goal, read_recipe, recipe, routed, sibling_home
+from lava.policies.magma import MagmaPolicy
+from lava.policies.names import location_values, object_values
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+
+CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
+          "arguments": {}}
+
+
+def tool(name: str, description: str, /, **params: str) -> dict:
+    return {"name": name, "description": description,
+            "arguments": {p: {"description": d, "type": "str"} for p, d in params.items()}}
+
+
+class World(Protocol):
+    tools: list[dict]
+    attributes: dict[str, Any]
+    calls: list[str]
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]: ...
+
+    def reset(self) -> None: ...
+
+
+# -- warehouse_sorting: three reference objects, areas, no detection (WithoutManufacturingOrder's messages) --
+
+WAREHOUSE_TOOLS = [CANCEL,
+                   tool("grab_object", "Take an object from the environment.",
+                        obj="The name of the object to take with the gripper."),
+                   tool("place_object_in_area", "Put the held object in a specified area.",
+                        area_name="The name of the area where the object should be placed."),
+                   tool("add_new_location", "Add a new location to the set of known areas the robot can use.",
+                        location_name="The name of the new location to add."),
+                   tool("remove_location", "Remove an existing location from the known areas.",
+                        location_name="The name of the location to remove.")]
+WAREHOUSE_RULES = ["Launching a cycle means sending the requested objects to their assigned areas."]
+OBJECTS = ["ref_obj_1", "ref_obj_2", "ref_obj_3"]
+
+
+class Warehouse:
+    """Objects start unsorted; grab one, place it in an area. A sorted object cannot be taken again
+    until the stage that ends a cycle resets the scene (reset_at_end)."""
+
+    def __init__(self, areas: int) -> None:
+        self.tools = WAREHOUSE_TOOLS
+        self.areas = [f"area{i}" for i in range(1, areas + 1)]
+        self.attributes = {"objects": list(OBJECTS), "target_areas": list(self.areas), "known_robots": ["panda"]}
+        self.where: dict[str, str] = {}
+        self.held: str | None = None
+        self.calls: list[str] = []
+
+    def reset(self) -> None:
+        self.where, self.held = {}, None
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        if name == "grab_object":
+            obj = arguments["obj"]
+            if obj not in OBJECTS:
+                return False, f"Unknown object {obj}. Please use only reference objects."
+            if self.held == obj:
+                return False, f"The object {obj} is already in the gripper."
+            if obj in self.where:
+                return False, f"The object {obj} is already sorted. It can not be taken again."
+            if self.held is not None:
+                return False, f"Failed to grasp the {obj} object. You can retry."
+            self.held = obj
+            return True, f"You have a {obj} object in your gripper"
+        if name == "place_object_in_area":
+            area = arguments["area_name"]
+            if area not in self.areas:
+                return False, f"Unknown area {area}. Please use only known areas."
+            if self.held is None:
+                return False, "There is no object currently in the gripper. You must pick one first."
+            placed, self.held = self.held, None
+            self.where[placed] = area
+            return True, f"Successfully depose {placed} in {area}"
+        return False, f"{name} is not a known tool."
+
+
+def sorted_into(assignment: dict[str, str | None], minimum: int) -> Callable[[Warehouse], bool]:
+    """ObjectToZone's goals: at least `minimum` objects in their area, none in another known area
+    (an object assigned to no known area must be in none)."""
+    def goal(w: Warehouse) -> bool:
+        assert all(w.where.get(o) in (None, a) for o, a in assignment.items()), f"misplaced: {w.where}"
+        return sum(w.where.get(o) == a for o, a in assignment.items() if a) >= minimum
+    return goal
+
+
+# -- table_cleaning: a table, storages, a trashcan, a washing machine (TableCleaningTool's messages) --
+
+_TC = fixture_requests("bench_table_cleaning.requests.jsonl")[0]["inputs"][0]
+KITCHEN_TOOLS: list[dict] = _TC["tools"]  # as MAGMA-BENCH sent them
+KITCHEN_ATTRIBUTES: dict[str, Any] = {k: v for k, v in _TC["attributes"].items() if k != "robot_statuses"}
+KITCHEN_RULES = [  # generic_rules_simplified
+    "Cleaning the table means removing all food and dishware from it; wipe it when requested.",
+    "Take an object and use inspect to determine whether it is clean or dirty before choosing its destination.",
+    "Put dirty food in trashcan and clean food in food_storage.",
+    "Put dirty dishware in washing_machine and clean dishware in dish_storage.",
+    "To wipe the table, first clear it, take the sponge, use wipe, then put the sponge back on the table.",
+]
+CAPACITY = {"table": 9, "food_storage": 3, "dish_storage": 3, "trashcan": 9, "washing_machine": 9}
+
+
+class Kitchen:
+    def __init__(self, places: dict[str, list[str]], dirty: tuple[str, ...] = ()) -> None:
+        self.tools, self.attributes = KITCHEN_TOOLS, KITCHEN_ATTRIBUTES
+        self.places = {p: list(places.get(p, [])) for p in CAPACITY}
+        self.dirty = set(dirty)
+        self.held: str | None = None
+        self.wiped = False
+        self.puts: list[tuple[str, str]] = []
+        self.calls: list[str] = []
+
+    def reset(self) -> None:
+        pass
+
+    def detect(self) -> str:
+        parts = [f" {p} contain {', '.join(things)}." for p, things in self.places.items() if things]
+        return "this is the position of existing object :" + "".join(parts) if parts else "there is no object detected"
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        if name == "detect":
+            return True, self.detect()
+        if name == "take":
+            thing = arguments["name"]
+            if self.held is not None:
+                return False, "The gripper is not empty."
+            place = next((p for p, things in self.places.items() if thing in things), None)
+            if place is None:
+                return False, f"{thing} was not detected."
+            self.places[place].remove(thing)
+            self.held = thing
+            return True, f"{thing} is in the gripper."
+        if name == "inspect":
+            if self.held is None:
+                return False, "No object in the gripper. Inspection failed"
+            return True, f"Object {self.held} is {'dirty' if self.held in self.dirty else 'clean'}"
+        if name == "put":
+            target = arguments["target"]
+            if target not in CAPACITY:
+                return False, f"Unknown target: {target}."
+            if self.held is None:
+                return False, "The gripper is empty."
+            if len(self.places[target]) >= CAPACITY[target]:
+                return False, f"There is no free space in {target}."
+            self.places[target].append(self.held)
+            self.puts.append((self.held, target))
+            held, self.held = self.held, None
+            return True, f"Successfully placed {held} in {target}."
+        if name == "wipe":
+            if self.held not in (None, "sponge"):
+                return False, f"Cannot clean while holding {self.held}"
+            if self.held is None:
+                return False, "You must take a cleaning object to clean the table."
+            if self.places["table"]:
+                return False, "The table is not empty."
+            self.wiped = True
+            return True, "you cleaned the table successfully"
+        if name == "set_light":
+            return True, "The ambient setting was acknowledged."
+        return False, f"{name} is not a known tool."
+
+
+def wiped_and_put_back(k: Kitchen) -> bool:
+    """WipeStage's log check: wipe, then the sponge put back on the table (any other put fails it)."""
+    if not k.wiped:
+        return False
+    after = k.puts[-1:] if k.held is None else []
+    assert after in ([], [("sponge", "table")]), k.puts
+    return after == [("sponge", "table")]
+
+
+# -- the episode runner --
+
+@dataclass(frozen=True)
+class Stage:
+    """What the user says (None: the stage goes on from the last tool result), when the stage's goal
+    is met and in how many tool calls, whether it ends with a text answer, and whether the scene is
+    reset after it. A stage without a goal (a rule, a question) wants words and no call."""
+
+    say: str | None
+    goal: Callable[[Any], bool] | None = None
+    budget: int = 0
+    answer: bool = False
+    reset: bool = False
+
+    @property
+    def acts(self) -> bool:
+        return self.goal is not None
+
+
+def feedback(call: dict, ok: bool, message: str) -> dict:
+    robot = call["target_robot_name"]
+    return {"type": "env", "content": json.dumps({
+        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
+        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+
+def running(call: dict) -> str:
+    return f"RUNNING {call['name']}({', '.join(f'{k}={v}' for k, v in call['arguments'].items())})"
+
+
+Model = Callable[[GenerationRequest], list[str]]
+
+
+def no_model(req: GenerationRequest) -> list[str]:
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-300:]}")
+
+
+def episode(world: World, stages: list[Stage], rules: list[str], model: Model = no_model
+            ) -> tuple[list[str], list[tuple[int, GenerationRequest]]]:
+    """Play the stages in order, failing on any broken expectation; returns what was said in words
+    and each model request with the number of the stage that made it."""
+    asked: list[tuple[int, GenerationRequest]] = []
+    number = 0
+
+    def backend(req: GenerationRequest) -> list[str]:
+        asked.append((number, req))
+        return model(req)
+
+    eng = Engine(MagmaPolicy(FunctionBackend(backend), Settings(backend="scripted")))
+    memory: dict = {"memory_list": list(rules), "history": []}
+    status, held, said = "FREE", None, []
+
+    def decide(instruction: dict) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
+                           attributes={**world.attributes, "robot_statuses": {"panda": status}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", (f"stage {number} (model asked: {[r.component for _, r in asked]}): "
+                                              f"{out.get('error') or out}")
+        memory = out["memory"]
+        return out["output"]
+
+    result: dict | None = None  # the feedback of the last tool call
+    for number, stage in enumerate(stages):
+        instruction = {"type": "user", "content": stage.say} if stage.say else result
+        assert instruction is not None, f"stage {number} has nothing to go on"
+        calls = 0
+        while stage.acts and not stage.goal(world):
+            decision = decide(instruction)
+            if decision["tool_calls"]:
+                (call,) = decision["tool_calls"]
+                if held is not None:
+                    assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
+                    ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
+                else:
+                    ok, message = world.run(call["name"], call["arguments"])
+            else:
+                assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
+                assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
+                call, held, status = held, None, "FREE"  # the held call goes on
+                ok, message = world.run(call["name"], call["arguments"])
+            calls += 1
+            assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
+            instruction = result = feedback(call, ok, message)
+        following = stages[number + 1] if number + 1 < len(stages) else None
+        if not stage.acts or stage.answer:
+            decision = decide(instruction)
+            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
+            said.append(decision["say"])
+        elif following is not None and following.say and following.acts:
+            # Delayed input: the agent's next decision starts while the user speaks; a call is held.
+            decision = decide(instruction)
+            if decision["tool_calls"]:
+                (held,) = decision["tool_calls"]
+                status = running(held)
+        if stage.reset:
+            world.reset()
+    assert held is None, f"{held} was never resumed"
+    return said, asked
+
+
+def acknowledged(said: str, rule: str) -> bool:
+    return rule in said or "understood" in said.lower() or "noted" in said.lower()
+
+
+# -- warehouse episodes --
+
+WS000_RULES = ["Hello do not forget that ref_obj_1 goes to area2, ref_obj_2 goes to area3 and ref_obj_3 goes to area1",
+               "Hey, ref_obj_3 must not be used anymore."]
+
+
+def test_warehouse_000_cycle_from_memory_skips_the_withdrawn_object() -> None:
+    cycle = {"ref_obj_1": "area2", "ref_obj_2": "area3", "ref_obj_3": None}
+    world = Warehouse(3)
+    said, asked = episode(world, [
+        Stage(WS000_RULES[0]),
+        Stage(WS000_RULES[1]),
+        Stage("Can you launch a cycle according to your memory?", sorted_into(cycle, 1), budget=4),
+        Stage(None, sorted_into(cycle, 2), budget=4),
+    ], WAREHOUSE_RULES)
+    assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area2)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area3)"]
+    assert "ref_obj_3" not in world.where  # "must not be used anymore"
+    assert [acknowledged(s, r) for s, r in zip(said, WS000_RULES, strict=True)] == [True, True]
+    assert not asked
+
+
+def test_warehouse_001_all_objects_go_where_the_rule_says_and_only_the_question_needs_the_model() -> None:
+    question = "Hello machine, do you know where ref_obj_1 must go?"
+    rule = "Okay, today cycles must send all objects to area2."
+    everything = dict.fromkeys(OBJECTS, "area2")
+
+    def model(req: GenerationRequest) -> list[str]:
+        return ['{"say": "I do not have any assignment for ref_obj_1 yet."}'] * req.n
+
+    world = Warehouse(3)
+    said, asked = episode(world, [
+        Stage(question),
+        Stage(rule),
+        Stage("Good, let's make a test. Can you store only one ref_obj_1 in its area without using the cycle "
+              "method?", sorted_into({"ref_obj_1": "area2"}, 1), budget=4, reset=True),
+        Stage("Perfect! Launch a cycle now for all objects", sorted_into(everything, 1), budget=4),
+        Stage(None, sorted_into(everything, 2), budget=4),
+        Stage(None, sorted_into(everything, 3), budget=4, reset=True),
+    ], WAREHOUSE_RULES, model)
+    assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area2)",
+                           "grab_object(ref_obj_1)", "place_object_in_area(area2)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area2)",
+                           "grab_object(ref_obj_3)", "place_object_in_area(area2)"]
+    assert said[0] == "I do not have any assignment for ref_obj_1 yet." and acknowledged(said[1], rule)
+    # Only the question went to the model, and it could only answer in words.
+    assert [(n, req.component) for n, req in asked] == [(0, "commander")]
+    assert "tool_calls" not in json.dumps(asked[0][1].json_schema)
+
+
+def test_warehouse_002_ordered_cycles_then_a_new_default_each_answered_after_its_goal() -> None:
+    first, then = {"ref_obj_3": "area3", "ref_obj_1": "area3"}, {"ref_obj_2": "area4"}
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage("Please launch two cycles in sequence: first send ref_obj_3 and ref_obj_1 to area3, then send "
+              "ref_obj_2 to area4.", sorted_into(first, 1), budget=4),
+        Stage(None, sorted_into(first, 2), budget=4),
+        Stage(None, sorted_into(then, 1), budget=4, answer=True, reset=True),
+        Stage("Launch a cycle for ref_obj_2. And consider ref_obj_2 to area2 as new default assignment.",
+              sorted_into({"ref_obj_2": "area2"}, 1), budget=4, answer=True, reset=True),
+    ], WAREHOUSE_RULES)
+    assert world.calls == ["grab_object(ref_obj_3)", "place_object_in_area(area3)",
+                           "grab_object(ref_obj_1)", "place_object_in_area(area3)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area4)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area2)"]
+    assert len(said) == 2 and all(s.startswith("Done") for s in said)  # the completion text, once each goal is met
+    assert not asked
+
+
+def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:
+    cycle = {"ref_obj_1": "area2"}
+    with pytest.raises(AssertionError, match="over its budget of 1"):
+        episode(Warehouse(3), [Stage("Send ref_obj_1 to area2.", sorted_into(cycle, 1), budget=1)], WAREHOUSE_RULES)
+
+
+# -- table_cleaning episodes --
+
+TC000 = {"table": ["goblet_2", "sponge"], "food_storage": ["orange_2", "mango_2", "mango_1"],
+         "dish_storage": ["mug_2", "goblet_1"]}  # table_cleaning-000 as detected in a real run
+
+
+@pytest.mark.parametrize(("dirty", "home"), [((), "dish_storage"), (("goblet_2",), "washing_machine")])
+def test_table_cleaning_000_the_goblet_is_inspected_then_goes_where_the_rules_send_it(dirty: tuple, home: str) -> None:
+    world = Kitchen(TC000, dirty)
+    episode(world, [Stage("Remove all objects from the table.", lambda k: ("goblet_2", home) in k.puts, budget=4)],
+            KITCHEN_RULES)
+    # Clean: where its sibling goblet_1 is; dirty: where the rule sends dirty dishware (not food_storage, full).
+    assert world.calls == ["detect()", "take(goblet_2)", "inspect()", f"put({home})"]
+
+
+def test_without_an_inspection_rule_the_goblet_goes_straight_to_its_sibling() -> None:
+    world = Kitchen(TC000)
+    rules = [r for r in KITCHEN_RULES if "inspect" not in r]
+    episode(world, [Stage("Remove all objects from the table.", lambda k: ("goblet_2", "dish_storage") in k.puts,
+                          budget=3)], rules)
+    assert world.calls == ["detect()", "take(goblet_2)", "put(dish_storage)"]
+
+
+def test_table_cleaning_000_answers_once_the_table_is_cleared_then_wipes_it() -> None:
+    world = Kitchen(TC000)
+    said, _ = episode(world, [
+        Stage("Remove all objects from the table.", lambda k: ("goblet_2", "dish_storage") in k.puts, budget=4,
+              answer=True),
+        Stage("Now wipe the table.", wiped_and_put_back, budget=4, answer=True),
+    ], KITCHEN_RULES)
+    assert world.calls[4:] == ["take(sponge)", "wipe()", "put(table)"]
+    assert world.places["table"] == ["sponge"] and len(said) == 2
+
+
+def test_wiping_follows_the_rule_step_by_step_and_puts_the_sponge_back() -> None:
+    # The wipe stage of table_cleaning-000 on its own: the table holds only the sponge.
+    world = Kitchen({**TC000, "table": ["sponge"], "dish_storage": ["mug_2", "goblet_1", "goblet_2"]})
+    said, _ = episode(world, [Stage("Now wipe the table.", wiped_and_put_back, budget=4, answer=True)],
+                      KITCHEN_RULES)
+    assert world.calls == ["detect()", "take(sponge)", "wipe()", "put(table)"]
+    assert world.places["table"] == ["sponge"] and said
+
+
+def test_table_cleaning_002_the_model_only_chooses_which_kind_an_unknown_word_means() -> None:
+    rule = "From now on, when I ask you to set the table, put 1 banana and 1 glass on it."
+
+    def model(req: GenerationRequest) -> list[str]:
+        assert req.component == "aliases", req.component
+        return ['{"kind": "orange"}'] * req.n
+
+    world = Kitchen({"table": ["mango_1", "goblet_1", "goblet_2", "sponge"], "food_storage": ["orange_2", "mango_2"],
+                     "dish_storage": ["mug_1"]})
+    said, asked = episode(world, [
+        Stage(rule),
+        Stage("Complete the table by adding 1 apple.", lambda k: "orange_2" in k.places["table"], budget=4,
+              answer=True),
+    ], KITCHEN_RULES, model)
+    assert world.calls == ["detect()", "take(orange_2)", "inspect()", "put(table)"]
+    assert world.places["table"] == ["mango_1", "goblet_1", "goblet_2", "sponge", "orange_2"]
+    ((stage, request),) = asked  # one choice, for "apple", among the kinds the request does not name
+    assert stage == 1 and "'apple'" in request.messages[-1].content
+    assert set(request.json_schema["properties"]["kind"]["enum"]) == {"goblet", "mango", "mug", "orange", "sponge"}
+    assert acknowledged(said[0], rule) and said[1]
+
+
+# -- pure helpers --
+
+def test_assignment_goal_reads_rules_requests_withdrawals_and_order() -> None:
+    areas3, areas5 = ["area1", "area2", "area3"], [f"area{i}" for i in range(1, 6)]
+
+    def moves(request: str, rules: list[str], areas: list[str] = areas3) -> list[tuple[str | None, str]] | None:
+        goal = assignment_goal(request, rules, OBJECTS, areas)
+        return None if goal is None else [(m.name, m.target) for m in goal.moves]
+
+    assert moves("Can you launch a cycle according to your memory?", WS000_RULES) == [
+        ("ref_obj_1", "area2"), ("ref_obj_2", "area3")]
+    assert moves("Perfect! Launch a cycle now for all objects",
+                 ["Okay, today cycles must send all objects to area2."]) == [(o, "area2") for o in OBJECTS]
+    assert moves("Please launch two cycles in sequence: first send ref_obj_3 and ref_obj_1 to area3, then send "
+                 "ref_obj_2 to area4.", [], areas5) == [("ref_obj_3", "area3"), ("ref_obj_1", "area3"),
+                                                         ("ref_obj_2", "area4")]
+    # The request's own area wins over the default it is replacing.
+    assert moves("Launch a cycle for ref_obj_2. And consider ref_obj_2 to area2 as new default assignment.",
+                 ["ref_obj_2 goes to area4"], areas5) == [("ref_obj_2", "area2")]
+    assert moves("Hello machine, do you know where ref_obj_1 must go?", []) is None  # no known area: the model
+    assert moves("Launch a cycle for ref_obj_2.", ["ref_obj_2 goes to area9"]) is None  # not a known area
+    assert moves("What time is it?", WS000_RULES) is None
+    goal = assignment_goal("Send ref_obj_1 to area1.", [], OBJECTS, areas3)
+    assert goal is not None and goal.moves == [Move(frozenset({"ref", "obj"}), None, "area1", name="ref_obj_1")]
+
+
+def test_sibling_home_is_the_one_other_place_holding_the_same_type() -> None:
+    assert sibling_home("goblet_2", TC000) == "dish_storage"
+    assert sibling_home("mango_3", TC000, exclude=("table",)) == "food_storage"
+    assert sibling_home("sponge", TC000) is None  # no other sponge anywhere
+    assert sibling_home("goblet_2", {**TC000, "trashcan": ["goblet_3"]}) is None  # two homes: ambiguous
+    assert sibling_home("goblet_2", {**TC000, "trashcan": ["goblet_3"]}, exclude=("trashcan",)) == "dish_storage"
+
+
+def test_routed_sends_a_dirty_object_where_the_rule_for_its_class_says() -> None:
+    assert routed("goblet_2", None, TC000, KITCHEN_RULES) == "dish_storage"
+    assert routed("goblet_2", "clean", TC000, KITCHEN_RULES) == "dish_storage"
+    assert routed("goblet_2", "dirty", TC000, KITCHEN_RULES) == "washing_machine"
+    assert routed("mango_3", "dirty", TC000, KITCHEN_RULES) == "trashcan"
+    assert routed("goblet_2", "dirty", TC000, []) == "dish_storage"  # no rule: its home
+    assert routed("sponge", "dirty", TC000, KITCHEN_RULES) is None  # no home to start from
+
+
+def test_recipe_gives_the_ordered_clauses_of_the_rule_for_the_request() -> None:
+    assert recipe("Now wipe the table.", KITCHEN_RULES) == [
+        "first clear it", "take the sponge", "use wipe", "put the sponge back on the table."]
+    assert recipe("Remove all objects from the table.", KITCHEN_RULES) == []
+    assert recipe("Now wipe the table.", KITCHEN_RULES[:4]) == []
+
+
+def test_additions_read_counts_and_the_place() -> None:
+    places = location_values(KITCHEN_ATTRIBUTES)
+    assert additions("Set 1 apple, 1 plate, 1 cup on the table please.", places) == (
+        "table", [(1, "apple"), (1, "plate"), (1, "cup")])
+    assert additions("Complete the table by adding 1 apple.", places) == ("table", [(1, "apple")])
+    assert additions("Set the table with 2 bananas.", places) == ("table", [(2, "banana")])
+    assert additions("Remove all objects from the table.", places) is None
+    assert additions("Put 1 apple somewhere.", places) is None  # no known place named
+
+
+def test_location_and_object_values_come_from_the_task_attributes() -> None:
+    warehouse = Warehouse(3).attributes
+    assert location_values(warehouse) == ["area1", "area2", "area3"]
+    assert object_values(warehouse) == OBJECTS
+    assert location_values(KITCHEN_ATTRIBUTES) == ["table", "food_storage", "dish_storage", "trashcan",
+                                                   "washing_machine"]
+    robots = {"known_robots": ["panda"], "robot_statuses": {"panda": "FREE"}}
+    assert location_values(robots) == [] and object_values(robots) == []
+
+
+def test_object_classes_are_not_objects() -> None:
+    assert object_values(KITCHEN_ATTRIBUTES) == []
+
+
+def test_a_recipe_is_read_whatever_the_case_of_its_words() -> None:
+    assert read_recipe("I would like a tray containing Chicken, fish and juice.", [],
+                       ["chicken", "fish", "juice"]) == ["chicken", "fish", "juice"]
