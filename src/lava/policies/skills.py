@@ -35,6 +35,7 @@ class Skill(Protocol):
 SKILLS: dict[str, tuple[str, str]] = {
     "orders": ("lava.policies.orders", "OrdersSkill"),
     "returns": ("lava.policies.returns", "ReturnsSkill"),
+    "halls": ("lava.policies.halls", "HallsSkill"),  # robots carrying a tray between halls
 }
 
 _loaded: list[Skill] | None = None

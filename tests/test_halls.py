@@ -1,0 +1,236 @@
+"""The halls skill (robots carrying a tray between halls, MAGMA's hall_sorting) against a small
+world that answers with MAGMA's exact messages (hs_tools.py), including the stage resets of the
+presets: when a stage's goal is met the world silently returns to its start.
+
+The model must not be needed: a backend that fails the test if called stands at the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.halls import class_of, hall_tools, read_detection, read_goal
+from lava.policies.magma import MagmaPolicy
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+from lava.tools import ToolBox
+
+CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
+          "arguments": {}}
+TOOLS = [
+    CANCEL,
+    {"name": "detect", "description": "List objects near the selected robot.", "arguments": {}},
+    {"name": "move_to", "description": "Move the selected robot to the requested hall.",
+     "arguments": {"hall": {"description": "Target hall name, for example Hall1, Hall2, Hall3 or Hall4.",
+                            "type": "str"}}},
+    {"name": "pick_to_tray", "description": "Load an object from the current table onto the selected robot's tray.",
+     "arguments": {"object": {"description": "Name of the object to pick from the table.", "type": "str"}}},
+    {"name": "drop_from_tray",
+     "description": "Unload an object from the selected robot's tray onto the current table.",
+     "arguments": {"object": {"description": "Name of the object to remove from the tray and place on the table.",
+                              "type": "str"}}},
+]
+# A MAGMA-GEN variant (config.yaml): other names, descriptions and parameter names.
+RENAMED = [
+    CANCEL,
+    {"name": "scan_current_hall", "description": "Scan the current hall for objects near the active robot.",
+     "arguments": {}},
+    {"name": "change_hall", "description": "Send the selected robot to the specified hall.",
+     "arguments": {"destination": {"description": "Destination hall to which the robot must move.", "type": "str"}}},
+    {"name": "collect_from_table", "description": "Collect a table object onto the active robot's tray.",
+     "arguments": {"item": {"description": "Item that must be placed on the tray.", "type": "str"}}},
+    {"name": "place_on_table", "description": "Place an object from the active tray on the nearby table.",
+     "arguments": {"item": {"description": "Tray item that must be placed on the table.", "type": "str"}}},
+]
+HALLS = ["Hall1", "Hall2", "Hall3", "Hall4"]
+CLASSES = ["book", "pen", "backpack", "package"]
+BALANCE = "Balance the halls by object type. Each hall must contain one book, one pen, one backpack, and one package."
+SORT = ("Sort all objects by type. Place all book objects in Hall1. Place all pen objects in Hall4. "
+        "Place all backpack objects in Hall3. Place all package objects in Hall2.")
+DELIVER = "As a temporary exception to the default storage rules, deliver 1 book to Hall4."
+
+
+class HallWorld:
+    """Four hall tables (4 places each), two robots with a 4-object tray, one robot per hall."""
+
+    def __init__(self, halls: dict[str, list[str]], at: dict[str, str] | None = None) -> None:
+        self.start = ({h: list(v) for h, v in halls.items()}, dict(at or {"robot1": "Hall1", "robot2": "Hall2"}))
+        self.reset()
+        self.calls: list[str] = []
+
+    def reset(self) -> None:
+        self.halls = {h: list(v) for h, v in self.start[0].items()}
+        self.at = dict(self.start[1])
+        self.tray: dict[str, list[str]] = {r: [] for r in self.at}
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        value = next(iter(args.values()), None)
+        self.calls.append(f"{robot}.{name}({value or ''})")
+        here = self.at[robot]
+        if name in ("detect", "scan_current_hall"):
+            table = self.halls[here]
+            m = "Objects on the current table: " + ", ".join(table) + "." if table else \
+                "No object detected on the current table."
+            tray = self.tray[robot]
+            m += " The tray contains: " + ", ".join(tray) + "." if tray else " The tray is empty."
+            return True, m + f" The robot is near {here}."
+        if name in ("move_to", "change_hall"):
+            if value not in self.halls:
+                return False, f"Unknown hall: {value}."
+            if here == value:
+                return False, f"{robot} is already in {value}."
+            other = next((r for r, h in self.at.items() if r != robot and h == value), None)
+            if other:
+                return False, f"{value} is already occupied by {other}."
+            self.at[robot] = value
+            return True, f"{robot} moved to {value} with tray-{list(self.at).index(robot)}."
+        everything = {o for v in self.halls.values() for o in v} | {o for v in self.tray.values() for o in v}
+        if value not in everything:
+            return False, f"Unknown object: {value}."
+        if name in ("pick_to_tray", "collect_from_table"):
+            if value in self.tray[robot]:
+                return False, f"{value} is already on the tray."
+            if len(self.tray[robot]) >= 4:
+                return False, "The tray is full. It supports only 4 objects."
+            if value not in self.halls[here]:
+                return False, f"{value} is not on the current hall table."
+            self.halls[here].remove(value)
+            self.tray[robot].append(value)
+            return True, f"{value} is now on the tray."
+        if value not in self.tray[robot]:
+            return False, f"{value} is not on the tray."
+        if len(self.halls[here]) >= 4:
+            return False, f"No free place on {here}."
+        self.tray[robot].remove(value)
+        self.halls[here].append(value)
+        return True, f"{value} was dropped on {here}."
+
+    def placed(self, quota: dict[tuple[str, str], int]) -> int:
+        """MAGMA's TypedPlacementGoal: per (hall, type), min(matching, needed)."""
+        return sum(min(sum(1 for o in self.halls[h] if o.rpartition("_")[0] == c), n) for (h, c), n in quota.items())
+
+
+def no_model(req: GenerationRequest):
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[:300]}")
+
+
+def run_stages(world: HallWorld, request: str, quota: dict[tuple[str, str], int], stages: list[tuple[int, int]], *,
+               tools: list[dict] = TOOLS, attributes: dict | None = None, reset: bool = True,
+               then_answer: bool = False, max_turns: int = 60) -> tuple[list[int], str]:
+    """Drive the policy like MAGMA-BENCH: stages (minimum placed, max calls), each counted from its
+    start; a met stage resets the world when `reset` (the presets do); `then_answer`: a completion
+    message must follow (CompletionAnswerStage). Returns the calls per stage and the final text
+    answer ('' when the last stage ended on a call)."""
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    attributes = attributes or {"known_robots": ["robot1", "robot2"], "halls": HALLS, "object_classes": CLASSES}
+    memory: dict = {"memory_list": [], "history": []}
+    instruction = {"type": "user", "content": request}
+    stage, used, spent = 0, 0, []
+    for _ in range(max_turns):
+        entry = user_input(instruction["content"], memory=memory, tools=tools,
+                           attributes={**attributes, "robot_statuses": {r: "FREE" for r in attributes["known_robots"]}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory = out["memory"]
+        decision = out["output"]
+        if not decision["tool_calls"]:
+            return spent, decision["say"]
+        (call,) = decision["tool_calls"]
+        robot = call["target_robot_name"]
+        ok, message = world.run(robot, call["name"], call["arguments"])
+        used += 1
+        assert stage < len(stages), f"a call after the goal, where words were wanted: {world.calls}"
+        assert used <= stages[stage][1], f"stage {stage} over budget: {world.calls}"
+        if world.placed(quota) >= stages[stage][0]:
+            spent.append(used)
+            stage, used = stage + 1, 0
+            if stage == len(stages) and not then_answer:
+                return spent, ""
+            if reset:
+                world.reset()
+        verb = "succeed" if ok else "failed"
+        instruction = {"type": "env", "content": json.dumps({
+            "infos": f"{robot}: {call['name']} {verb} with message: {message}",
+            "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+    raise AssertionError(f"no end after {max_turns} turns: {world.calls}")
+
+
+BALANCED_START = {"Hall1": ["book_4", "pen_3", "pen_1", "package_4"], "Hall2": ["book_3", "pen_4", "backpack_4",
+                  "package_3"], "Hall3": ["book_1", "pen_2", "backpack_2", "package_1"],
+                  "Hall4": ["book_2", "backpack_1", "backpack_3", "package_2"]}
+SORT_START = {"Hall1": ["book_3", "book_4", "book_2", "backpack_4"], "Hall2": ["package_1", "package_2", "package_4",
+              "package_3"], "Hall3": ["book_1", "backpack_3", "backpack_2", "backpack_1"],
+              "Hall4": ["pen_2", "pen_4", "pen_3", "pen_1"]}
+DELIVERY_START = {"Hall1": ["pen_1", "package_1", "package_2", "pen_2"], "Hall2": [],
+                  "Hall3": ["backpack_2", "backpack_1", "book_1", "book_2"], "Hall4": []}
+
+
+@pytest.mark.parametrize("tools", [TOOLS, RENAMED], ids=["magma", "renamed"])
+def test_balanced_halls_within_both_stage_budgets(tools: list[dict]) -> None:
+    world = HallWorld(BALANCED_START)
+    quota = {(h, c): 1 for h in HALLS for c in CLASSES}
+    spent, _ = run_stages(world, BALANCE, quota, [(15, 20), (16, 12)], tools=tools)
+    assert len(spent) == 2 and spent[0] <= 10, (spent, world.calls)
+
+
+def test_sorting_by_type_makes_room_in_a_full_hall() -> None:
+    world = HallWorld(SORT_START)
+    quota = {("Hall1", "book"): 4, ("Hall4", "pen"): 4, ("Hall3", "backpack"): 4, ("Hall2", "package"): 4}
+    spent, _ = run_stages(world, SORT, quota, [(15, 20), (16, 12)])
+    assert len(spent) == 2 and spent[0] <= 10, (spent, world.calls)
+
+
+def test_a_delivery_goes_from_a_reception_hall_and_ends_with_words() -> None:
+    world = HallWorld(DELIVERY_START)
+    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall1", "Hall3"],
+                  "storage_halls": ["Hall2", "Hall4"], "object_classes": CLASSES}
+    spent, say = run_stages(world, DELIVER, {("Hall4", "book"): 1}, [(1, 12)], attributes=attributes,
+                            reset=False, then_answer=True)
+    assert spent[0] <= 8, world.calls
+    assert say.startswith("Done.")
+    assert world.calls[-1].startswith("robot1.drop_from_tray(book_")
+
+
+# -- pure pieces, from real trace strings ------------------------------------------------------
+
+
+def test_detections_are_read_from_magma_messages() -> None:
+    assert read_detection("Objects on the current table: book_4, pen_3, pen_1, package_4. The tray is empty. "
+                          "The robot is near Hall1.") == ("Hall1", ["book_4", "pen_3", "pen_1", "package_4"], [])
+    assert read_detection("Objects on the current table: pen_3, pen_1, package_4. The tray contains: book_4. "
+                          "The robot is near Hall1.") == ("Hall1", ["pen_3", "pen_1", "package_4"], ["book_4"])
+    assert read_detection("No object detected on the current table. The tray is empty. The robot is near Hall2.") \
+        == ("Hall2", [], [])
+    assert read_detection("book_4 is now on the tray.") is None
+
+
+@pytest.mark.parametrize("tools", [TOOLS, RENAMED], ids=["magma", "renamed"])
+def test_the_tools_are_recognised_by_their_roles(tools: list[dict]) -> None:
+    found = hall_tools(ToolBox.from_input(tools, {"known_robots": ["robot1", "robot2"]}))
+    assert found is not None
+    assert [found.detect.name, found.move.name, found.load.name, found.unload.name] == [t["name"] for t in tools[1:]]
+
+
+def test_goals_are_read_from_the_request_forms() -> None:
+    goal = read_goal(BALANCE, [], HALLS, CLASSES)
+    assert goal is not None and goal.exact[("Hall3", "pen")] == 1 and len(goal.exact) == 16
+    goal = read_goal(SORT, [], HALLS, CLASSES)
+    assert goal is not None and goal.assign == {"book": "Hall1", "pen": "Hall4", "backpack": "Hall3",
+                                                "package": "Hall2"}
+    goal = read_goal(DELIVER, ["package and pen objects belong in Hall2, backpack and book objects belong in Hall4."],
+                     HALLS, CLASSES)
+    assert goal is not None and goal.atleast == {("Hall4", "book"): 1} and not goal.assign
+    rules = ["New rule: package and pen objects belong in Hall2, backpack and book objects belong in Hall4."]
+    goal = read_goal("A delivery has arrived. Sort all book objects into their assigned hall.", rules, HALLS, CLASSES)
+    assert goal is not None and goal.assign == {"book": "Hall4"}
+    assert read_goal("Change of plan: deliver that book to Hall2 instead.", [], HALLS, CLASSES) is None
+    assert read_goal("Which storage halls are assigned to book?", [], HALLS, CLASSES) is None
+    assert class_of("backpack_2", CLASSES) == "backpack"
