@@ -241,8 +241,9 @@ class HallsSkill:
             return
         for key, value in _empty_notes().items():
             notes.setdefault(key, value)  # notes from an older version may lack a key
-        if situation.instruction.type == "user" and state.intent == "act" and notes.get("request") != state.request:
-            # A new request: a delivery may have laid the objects out afresh, robots stay where they are.
+        if situation.instruction.type == "user" and state.intent == "act":
+            # A new request (even in the same words): a delivery may have laid the objects out afresh;
+            # robots stay where they are.
             at = dict(notes.get("at") or {})
             notes.clear()
             notes.update(_empty_notes())
