@@ -388,13 +388,27 @@ TC000 = {"table": ["goblet_2", "sponge"], "food_storage": ["orange_2", "mango_2"
          "dish_storage": ["mug_2", "goblet_1"]}  # table_cleaning-000 as detected in a real run
 
 
-@pytest.mark.parametrize(("dirty", "home"), [((), "dish_storage"), (("goblet_2",), "washing_machine")])
-def test_table_cleaning_000_the_goblet_is_inspected_then_goes_where_the_rules_send_it(dirty: tuple, home: str) -> None:
-    world = Kitchen(TC000, dirty)
-    episode(world, [Stage("Remove all objects from the table.", lambda k: ("goblet_2", home) in k.puts, budget=4)],
-            KITCHEN_RULES)
-    # Clean: where its sibling goblet_1 is; dirty: where the rule sends dirty dishware (not food_storage, full).
-    assert world.calls == ["detect()", "take(goblet_2)", "inspect()", f"put({home})"]
+def test_table_cleaning_000_the_goblet_goes_where_its_sibling_is_without_an_inspection() -> None:
+    # A clearing stage allows 5 calls for two serving objects (detect, then take and put each): an
+    # inspection per object does not fit, so clearing moves without inspecting.
+    world = Kitchen(TC000)
+    episode(world, [Stage("Remove all objects from the table.", lambda k: ("goblet_2", "dish_storage") in k.puts,
+                          budget=4)], KITCHEN_RULES)
+    assert world.calls == ["detect()", "take(goblet_2)", "put(dish_storage)"]
+
+
+def test_a_homeless_object_is_placed_by_the_model_and_a_rule_tool_stays() -> None:
+    # table_cleaning-000 of a real run: bowl_1 has no sibling anywhere, the sponge is the wiping tool.
+    def model(req: GenerationRequest) -> list[str]:
+        return ['{"tool_calls": [{"robot": "panda", "name": "put", "arguments": {"target": "dish_storage"}}]}'] * req.n
+
+    world = Kitchen({"table": ["bowl_1", "mug_1", "sponge"], "food_storage": ["orange_1", "mango_2", "orange_2"],
+                     "dish_storage": ["mug_2"]})
+    episode(world, [Stage("Remove all objects from the table.",
+                          lambda k: {("bowl_1", "dish_storage"), ("mug_1", "dish_storage")} <= set(k.puts),
+                          budget=5)], KITCHEN_RULES, model)
+    assert world.calls == ["detect()", "take(mug_1)", "put(dish_storage)", "take(bowl_1)", "put(dish_storage)"]
+    assert world.places["table"] == ["sponge"]
 
 
 def test_without_an_inspection_rule_the_goblet_goes_straight_to_its_sibling() -> None:
@@ -412,7 +426,7 @@ def test_table_cleaning_000_answers_once_the_table_is_cleared_then_wipes_it() ->
               answer=True),
         Stage("Now wipe the table.", wiped_and_put_back, budget=4, answer=True),
     ], KITCHEN_RULES)
-    assert world.calls[4:] == ["take(sponge)", "wipe()", "put(table)"]
+    assert world.calls[3:] == ["take(sponge)", "wipe()", "put(table)"]
     assert world.places["table"] == ["sponge"] and len(said) == 2
 
 

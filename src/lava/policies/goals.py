@@ -77,6 +77,7 @@ class Goal:
     keep: list[tuple[int, frozenset[str], str]] = field(default_factory=list)
     first: frozenset[str] | None = None
     clear: str | None = None  # a place to empty; where each object goes is the model's choice
+    spare: frozenset[str] = frozenset()  # words of things the rules use as tools (the sponge): they stay
     fill: str | None = None  # a place that must end up holding exactly `items` (a tray, a box)
     items: list[str] = field(default_factory=list)
 
@@ -137,7 +138,7 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
     if moves:
         return Goal(moves=moves)
     if (phrase := cleared(request)) is not None and (place := place_named(phrase, places)) is not None:
-        return Goal(clear=place)
+        return Goal(clear=place, spare=frozenset(words(" ".join(rules))))
     if scene is not None and not _SORT.search(request) and _COMPOSE.search(request):
         things = [t for ts in scene.values() for t in ts] + ([held] if held else [])
         fill = [p for p in places if p.lower() != "table" and (words(p) & words(" ".join([request, *rules])))]
@@ -371,6 +372,11 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         homed = [t for t in left if sibling_home(t, scene, exclude=(goal.clear,)) is not None]
         if homed:
             return Step("take", homed[0])
+        # Without a sibling to follow, the model chooses where it goes; what a rule names as a tool
+        # ("take the sponge, use wipe") is not what clearing means, unless nothing else is there.
+        others = [t for t in left if not (words(stem(t)) & goal.spare)]
+        if others:
+            return Step("take", others[0])
         return Step("take", left[0]) if left and not puts_done else Step("done")
     wanted = targets(goal, scene, held)
     if held:
