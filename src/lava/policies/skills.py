@@ -36,6 +36,7 @@ SKILLS: dict[str, tuple[str, str]] = {
     "orders": ("lava.policies.orders", "OrdersSkill"),
     "returns": ("lava.policies.returns", "ReturnsSkill"),
     "halls": ("lava.policies.halls", "HallsSkill"),  # robots carrying a tray between halls
+    "zones": ("lava.policies.zones", "ZonesSkill"),  # robots sharing areas (bi_robot_sorting)
 }
 
 _loaded: list[Skill] | None = None
