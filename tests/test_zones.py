@@ -343,3 +343,31 @@ def test_refusals_teach_reach() -> None:
     assert reach.cost("left_zone", "right_zone") == 2
     assert reach.options("arm1", "left_zone", "right_zone") == "mutual_zone"
     assert reach.options("arm2", "left_zone", "right_zone") is None
+
+
+def test_ordered_moves_are_made_one_after_the_other_relaying_when_needed() -> None:
+    # MoveFruitSequence: each stage wants the moves so far and no other, so nothing runs ahead.
+    world = BiWorld({"left_zone": ["apple_0", "banana_2"], "mutual_zone": ["banana_0"], "right_zone": ["apple_1"]},
+                    ["banana_2"])
+    run = Episode(world, memory_list=DEFINITION_MEMORY)
+    run.act("Move 1 apple object from the left tray to the right tray, then move 1 banana object from the mutual "
+            "tray to the left tray. Only move intact objects.",
+            {"apple_0": "right_zone", "banana_2": "left_zone", "banana_0": "left_zone", "apple_1": "right_zone"})
+    assert world.calls == ["arm1.get_objects_state()", "arm1.deplace(apple_0, mutual_zone)",
+                           "arm2.deplace(apple_0, right_zone)", "arm1.deplace(banana_0, left_zone)"]
+
+
+def test_forgetting_a_priority_rule_keeps_what_the_robots_reach() -> None:
+    # "Forget the rule ..." empties the task state's rules, the access rule with them; the skill's
+    # notes keep the reach, so no call is refused afterwards.
+    world = BiWorld({"left_zone": ["apple_0", "banana_0"], "mutual_zone": [], "right_zone": ["banana_1"]}, [])
+    run = Episode(world)
+    run.say(ACCESS)
+    run.say("Each time I ask you to sort fruits, always sort all banana objects first.")
+    run.act("Place all damaged objects in the mutual tray. Place all banana objects in the right tray.",
+            {"apple_0": "left_zone", "banana_0": "right_zone", "banana_1": "right_zone"})
+    run.say("Forget the rule requiring all banana objects to be sorted first.")
+    run.act("Place all apple objects in the right tray.",
+            {"apple_0": "right_zone", "banana_0": "right_zone", "banana_1": "right_zone"})
+    assert not any("FAILED" in c for c in world.calls)
+    assert world.calls[-2:] == ["arm1.deplace(apple_0, mutual_zone)", "arm2.deplace(apple_0, right_zone)"]
