@@ -20,13 +20,15 @@ from pydantic import ValidationError
 
 from conftest import settings as settings_scripted
 from conftest import user_input
+from lava import parsing
 from lava.app import ResponsesShortcut, create_app, validation_error_response
 from lava.backends.scripted import FunctionBackend, ScriptedBackend
 from lava.bench.workload import fixtures_dir, gen_batch
 from lava.bodies import _parse_body_checked, parse_body
 from lava.engine import Engine
 from lava.errors import InvalidInput
-from lava.memory import MemoryView
+from lava.jsontext import json_text
+from lava.memory import MemoryView, decision_record
 from lava.parsing import (
     _candidates,
     _json_objects,
@@ -34,11 +36,12 @@ from lava.parsing import (
     _scan_json_values,
     _strip_think_tags,
     parse_decision,
+    render_decision,
     strip_reasoning,
 )
 from lava.policies import commander, create_policy
 from lava.policies.base import read_decision
-from lava.protocol import AgentRequest
+from lava.protocol import AgentDecision, AgentRequest, ToolCall
 from lava.tools import ToolBox, shared_decision_schema
 
 # -- request bodies: one JSON-mode validation when the body allows it ------------------------------
@@ -312,3 +315,54 @@ def test_scripted_completions_carry_their_own_duration() -> None:
     request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(n=2)]})
     outputs = asyncio.run(_engine(ScriptedBackend()).respond(request))
     assert all(step["duration_s"] >= 0 for o in outputs for step in o["internal_steps"])
+
+
+# -- encoders and constructors built once ---------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats(allow_nan=True)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10)
+
+
+@given(JSON_VALUES)
+def test_json_text_is_json_dumps_without_ascii_escapes(value: Any) -> None:
+    assert json_text(value) == json.dumps(value, ensure_ascii=False)
+
+
+def test_json_text_of_records_and_decisions() -> None:
+    decision = AgentDecision(say="", tool_calls=[ToolCall(name="pick", arguments={"objet": "tasse à café", "n": 2.0},
+                                                          target_robot_name="panda")])
+    action = {"panda": {"name": "pick", "arguments": {"objet": "tasse à café", "n": 2.0}}}
+    assert decision_record(decision) == json.dumps({"say": "", "action": action}, ensure_ascii=False)
+    assert render_decision(decision) == json.dumps({"tool_calls": [
+        {"robot": "panda", "name": "pick", "arguments": {"objet": "tasse à café", "n": 2.0}}]}, ensure_ascii=False)
+    assert render_decision(AgentDecision(say="Fini « ok »")) == json.dumps({"say": "Fini « ok »"}, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(("model", "fields"), [
+    (ToolCall, {"name": "pick", "arguments": {"id": "a"}, "target_robot_name": "panda"}),
+    (ToolCall, {"name": "", "arguments": {"x": float("nan")}, "target_robot_name": "panda"}),  # unvalidated, as before
+    (AgentDecision, {"say": "Done.", "tool_calls": []}),
+])
+def test_unchecked_models_are_the_constructed_ones(model: Any, fields: dict[str, Any]) -> None:
+    fast, slow = parsing._unchecked(model, dict(fields)), model.model_construct(**fields)
+    assert fast == slow and repr(fast) == repr(slow)
+    assert list(fast.__dict__) == list(slow.__dict__)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__ and fast.__pydantic_private__ == slow.__pydantic_private__
+    if model is AgentDecision:
+        assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
+
+
+@given(TEXTS)
+def test_decisions_read_as_with_model_construct(text: str) -> None:
+    fast = parse_decision(text, robots=("panda",))
+    real = parsing._unchecked
+    parsing._unchecked = lambda model, fields: model.model_construct(**fields)  # type: ignore[assignment]
+    try:
+        slow = parse_decision(text, robots=("panda",))
+    finally:
+        parsing._unchecked = real
+    assert (fast.decision, fast.problems, fast.assumptions) == (slow.decision, slow.problems, slow.assumptions)

@@ -15,7 +15,6 @@ Every other key is preserved untouched. A malformed known key is refused with th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from typing import Any, Literal
 import orjson
 
 from .errors import InvalidInput
+from .jsontext import json_text
 from .protocol import AgentDecision, AgentInstruction
 
 Author = Literal["USER", "SYSTEM", "MODEL"]
@@ -112,7 +112,7 @@ def decision_record(decision: AgentDecision) -> str:
         action = {c.target_robot_name: {"name": c.name, "arguments": c.arguments} for c in decision.tool_calls}
     else:
         action = [{c.target_robot_name: {"name": c.name, "arguments": c.arguments}} for c in decision.tool_calls]
-    return json.dumps({"say": decision.say, "action": action}, ensure_ascii=False)
+    return json_text({"say": decision.say, "action": action})
 
 
 def append_turn(memory: dict[str, Any], instruction: AgentInstruction, decision: AgentDecision,
