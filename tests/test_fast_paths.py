@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import orjson
@@ -40,6 +41,7 @@ from lava.parsing import (
     strip_reasoning,
 )
 from lava.policies import commander, create_policy
+from lava.policies import names as names_module
 from lava.policies.base import read_decision
 from lava.protocol import AgentDecision, AgentRequest, ToolCall
 from lava.tools import ToolBox, shared_decision_schema
@@ -366,3 +368,72 @@ def test_decisions_read_as_with_model_construct(text: str) -> None:
     finally:
         parsing._unchecked = real
     assert (fast.decision, fast.problems, fast.assumptions) == (slow.decision, slow.problems, slow.assumptions)
+
+
+# -- names read once per text ----------------------------------------------------------------------------
+
+def _careful_names() -> dict[str, Any]:
+    """policies.names as it read every text on every call, before its caches."""
+    n = names_module
+
+    def identifiers(text: str) -> list[str]:
+        return [m.group(0) for m in n._IDENTIFIER.finditer(text)]
+
+    def contents(texts: list[str]) -> set[str]:
+        return {name for text in texts for m in n._CONTENTS.finditer(text) for name in identifiers(m.group(1))}
+
+    def containers(texts: list[str]) -> list[str]:
+        return list(dict.fromkeys(m.group(1) for text in texts for m in n._CONTAINER.finditer(text)
+                                  if m.group(1).lower() not in n._STOP))
+
+    def description_words(text: str) -> list[str]:
+        return [w for w in re.findall(r"[A-Za-z][A-Za-z0-9_\-]*", text) if len(w) > 2 and w.lower() not in n._STOP]
+
+    def known_names(attributes: dict[str, Any], texts: list[str], user_texts: list[str]) -> list[str]:
+        names = n.attribute_values(attributes)
+        for text in texts:
+            names += identifiers(text)
+            names += [m.group(1) for m in n._CONTAINER.finditer(text) if m.group(1).lower() not in n._STOP]
+        for text in user_texts:
+            names += identifiers(text)
+            names += n._CAPITALIZED.findall(text)
+        return list(dict.fromkeys(names))
+
+    return {"identifiers": identifiers, "contents": contents, "containers": containers,
+            "description_words": description_words, "known_names": known_names}
+
+
+SCENE_TEXTS = st.lists(st.one_of(
+    st.text(alphabet="abcAB_-12 .;\n", max_size=40),
+    st.sampled_from(["white_tray contains white_cube_1 and red_cube_2.", "The Table has blue_cube_1; bin holds x9",
+                     "Put the Red cube in Tray_2", "panda: get_objects succeed with message: tray_a has cube_b",
+                     "Use table or a tray name such as white_tray", "Name of the button to press (sw1, sw22)."]),
+), max_size=4)
+
+
+@given(SCENE_TEXTS, SCENE_TEXTS)
+def test_cached_names_are_the_careful_ones(texts: list[str], user: list[str]) -> None:
+    careful = _careful_names()
+    attributes = {"objects": ["cube_1", "Tray"], "known_robots": ["panda"]}
+    for _ in range(2):  # filling the caches, then reading from them
+        assert names_module.contents(texts) == careful["contents"](texts)
+        assert names_module.containers(texts) == careful["containers"](texts)
+        assert names_module.known_names(attributes, texts, user) == careful["known_names"](attributes, texts, user)
+        for text in [*texts, *user]:
+            assert names_module.identifiers(text) == careful["identifiers"](text)
+            assert names_module.description_words(text) == careful["description_words"](text)
+    returned = names_module.identifiers("cube_1 cube_2")
+    returned.append("mine")
+    assert names_module.identifiers("cube_1 cube_2") == ["cube_1", "cube_2"]
+
+
+def test_parameter_enums_offer_the_descriptions_words() -> None:
+    target = {"type": "str", "description": "Use table or a tray."}
+    toolbox = ToolBox.from_input([{"name": "put_in", "description": "Put it in a place such as white_tray.",
+                                   "arguments": {"target": target}}], {})
+    careful = _careful_names()
+    own = careful["description_words"]("Use table or a tray.") + careful["identifiers"](
+        "Put it in a place such as white_tray.")
+    for _ in range(2):
+        assert names_module.parameter_enums(toolbox, ["cube_1", "table"], exclude={"put_in": {"tray"}}) == {
+            "put_in": {"target": [v for v in dict.fromkeys(["cube_1", "table", *own]) if v != "tray"]}}
