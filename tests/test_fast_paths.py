@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from conftest import settings as settings_scripted
 from conftest import user_input
 from lava import parsing
+from lava import situation as situation_module
 from lava.app import ResponsesShortcut, create_app, validation_error_response
 from lava.backends.scripted import FunctionBackend, ScriptedBackend
 from lava.bench.workload import fixtures_dir, gen_batch
@@ -44,6 +45,7 @@ from lava.policies import commander, create_policy
 from lava.policies import names as names_module
 from lava.policies.base import read_decision
 from lava.protocol import AgentDecision, AgentRequest, ToolCall
+from lava.situation import Feedback
 from lava.tools import ToolBox, shared_decision_schema
 
 # -- request bodies: one JSON-mode validation when the body allows it ------------------------------
@@ -437,3 +439,34 @@ def test_parameter_enums_offer_the_descriptions_words() -> None:
     for _ in range(2):
         assert names_module.parameter_enums(toolbox, ["cube_1", "table"], exclude={"put_in": {"tray"}}) == {
             "put_in": {"target": [v for v in dict.fromkeys(["cube_1", "table", *own]) if v != "tray"]}}
+
+
+# -- inputs read with fewer objects --------------------------------------------------------------------
+
+FEEDBACK_TEXTS = st.one_of(
+    st.text(max_size=30),
+    st.builds(lambda value, ascii_: json.dumps(value, ensure_ascii=ascii_), JSON_VALUES, st.booleans()),
+    st.builds(lambda infos, error, call: json.dumps({"infos": infos, "error": error, "previous_tool_call": call}),
+              st.text(max_size=20), st.none() | st.text(max_size=5) | JSON_VALUES, JSON_VALUES),
+    st.sampled_from(['{"infos": "x", "n": 123456789012345678901234567890}', '{"infos": "\\ud800"}',
+                     '{"infos": NaN}', '{"infos": "a", "infos": "b"}', ' {"infos": "ok"} ', '1e400', '"\\u00e9"']),
+)
+
+
+@given(FEEDBACK_TEXTS)
+def test_feedback_reads_as_with_the_standard_library(text: str) -> None:
+    fast = Feedback.parse(text)
+    real = situation_module._json_value
+    situation_module._json_value = json.loads  # type: ignore[assignment]
+    try:
+        careful = Feedback.parse(text)
+    finally:
+        situation_module._json_value = real
+    assert repr(fast) == repr(careful)
+
+
+def test_history_turns_are_plain_immutable_records() -> None:
+    (turn,) = MemoryView.parse({"history": [{"author": "USER", "content": "hi"}]}).history
+    assert (turn.author, turn.content) == ("USER", "hi") and repr(turn) == "Turn(author='USER', content='hi')"
+    with pytest.raises(AttributeError):
+        turn.author = "MODEL"  # type: ignore[misc]

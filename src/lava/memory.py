@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -30,8 +30,11 @@ AUTHORS: tuple[str, ...] = ("USER", "SYSTEM", "MODEL")
 LAVA_KEY = "lava"
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
+class Turn(NamedTuple):
+    """One history entry. A named tuple rather than a frozen dataclass: just as immutable, and made
+    in half the time (a frozen dataclass sets each field through object.__setattr__), which counts
+    at one Turn per history entry per input, about 200 per GEN batch."""
+
     author: Author
     content: str
 
