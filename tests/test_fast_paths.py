@@ -470,3 +470,22 @@ def test_history_turns_are_plain_immutable_records() -> None:
     assert (turn.author, turn.content) == ("USER", "hi") and repr(turn) == "Turn(author='USER', content='hi')"
     with pytest.raises(AttributeError):
         turn.author = "MODEL"  # type: ignore[misc]
+
+
+def test_the_server_process_collects_young_objects_above_a_batch(monkeypatch) -> None:
+    import gc
+
+    import uvicorn
+
+    from lava import cli
+
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(app))
+    monkeypatch.setattr("lava.logs.configure_logging", lambda *args, **kwargs: None)
+    before = gc.get_threshold()
+    try:
+        assert cli.main(["serve", "--backend", "scripted", "--port", "0"]) == 0
+        assert served and gc.get_threshold() == (cli.GC_YOUNG_THRESHOLD, *before[1:])
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
