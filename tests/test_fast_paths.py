@@ -489,3 +489,72 @@ def test_the_server_process_collects_young_objects_above_a_batch(monkeypatch) ->
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+
+
+# -- one deadline timer per request, acting as a timeout per input ------------------------------------------
+
+def _timed_engine(respond: Any, **limits: Any) -> Engine:
+    from lava.engine import EngineLimits
+    from lava.policies.full_history import FullHistoryPolicy
+
+    return Engine(FullHistoryPolicy(FunctionBackend(respond), settings_scripted()), EngineLimits(**limits))
+
+
+async def _slow_when_asked(request: Any) -> list[str]:
+    if "slow" in request.messages[-1].content:
+        await asyncio.sleep(30)
+    return ['{"say": "ok"}'] * request.n
+
+
+def _statuses(outputs: list[dict[str, Any]]) -> list[str]:
+    return [o["status"] if o["status"] == "completed" else o["error"]["code"] for o in outputs]
+
+
+def test_the_deadline_cuts_only_the_inputs_still_deciding() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [
+        user_input(id=0), user_input("slow", id=1, n=2), user_input(id=2)]})
+    outputs = asyncio.run(_timed_engine(_slow_when_asked, deadline_s=0.2).respond(request))
+    assert _statuses(outputs) == ["completed", "deadline_exceeded", "deadline_exceeded", "completed"]
+
+
+def test_inputs_waiting_for_a_slot_are_cut_too() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [
+        user_input("slow", id=0), user_input("slow", id=1), user_input(id=2)]})
+    outputs = asyncio.run(_timed_engine(_slow_when_asked, deadline_s=0.2, max_concurrency=1).respond(request))
+    assert _statuses(outputs) == ["deadline_exceeded"] * 3
+
+
+def test_a_deadline_already_passed_still_lets_instant_decisions_through() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(id=0), user_input("slow", id=1)]})
+    outputs = asyncio.run(_timed_engine(_slow_when_asked, deadline_s=0).respond(request))
+    assert _statuses(outputs) == ["completed", "deadline_exceeded"]
+
+
+def test_a_timeout_raised_by_the_policy_is_a_deadline_error() -> None:
+    async def timing_out(request: Any) -> list[str]:
+        raise TimeoutError("the model server took too long")
+
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(id=0)]})
+    assert _statuses(asyncio.run(_timed_engine(timing_out).respond(request))) == ["deadline_exceeded"]
+
+
+def test_cancelling_the_request_cancels_its_inputs() -> None:
+    started: list[Any] = []
+
+    async def waiting(request: Any) -> list[str]:
+        started.append(asyncio.current_task())
+        await asyncio.sleep(30)
+        return ['{"say": "ok"}'] * request.n
+
+    async def main() -> None:
+        engine = _timed_engine(waiting, deadline_s=10)
+        request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(id=0), user_input(id=1)]})
+        answering = asyncio.create_task(engine.respond(request))
+        await asyncio.sleep(0.05)
+        answering.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await answering
+        await asyncio.sleep(0)
+        assert len(started) == 2 and all(task.cancelled() for task in started)
+
+    asyncio.run(main())
