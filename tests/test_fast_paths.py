@@ -558,3 +558,52 @@ def test_cancelling_the_request_cancels_its_inputs() -> None:
         assert len(started) == 2 and all(task.cancelled() for task in started)
 
     asyncio.run(main())
+
+
+# -- metrics: each step read once ---------------------------------------------------------------------------
+
+def _observed_the_careful_way(metrics: Any, outputs: list[dict[str, Any]]) -> None:
+    """Metrics.observe_candidates as it read every candidate's steps twice and looked labels up each time."""
+    for output in outputs:
+        error = output.get("error") or {}
+        metrics.candidates.labels(output["status"], error.get("code", "")).inc()
+        steps = output.get("internal_steps") or []
+        if any(str(step.get("component", "")).endswith(".repair") for step in steps):
+            metrics.repairs.inc()
+        for step in steps:
+            if "total_input_tokens" not in step:
+                continue
+            metrics.model_calls.labels(str(step.get("component", ""))).inc()
+            metrics.model_seconds.observe(float(step.get("duration_s", 0.0)))
+            metrics.tokens.labels("input").inc(step.get("total_input_tokens", 0))
+            metrics.tokens.labels("output").inc(step.get("total_output_tokens", 0))
+            metrics.tokens.labels("cached").inc(step.get("total_cached_tokens", 0))
+
+
+def _samples(metrics: Any) -> list[tuple[str, list[tuple[str, str]], float]]:
+    return sorted((s.name, sorted(s.labels.items()), s.value) for family in metrics.registry.collect()
+                  for s in family.samples
+                  if not s.name.endswith("_created"))
+
+
+def test_candidates_are_counted_as_the_careful_way() -> None:
+    from lava.metrics import Metrics
+
+    def step(component: str, seconds: float, tokens: bool = True) -> dict[str, Any]:
+        counted = {"total_input_tokens": 40, "total_output_tokens": 7, "total_cached_tokens": 3} if tokens else {}
+        return {"component": component, "duration_s": seconds, **counted}
+
+    outputs = [
+        {"status": "completed", "error": None, "internal_steps": [step("classifier", 0.002), step("commander", 0.3)]},
+        {"status": "completed", "error": None, "internal_steps": [step("commander", 0.3)]},
+        {"status": "error", "error": {"code": "invalid_output"},
+         "internal_steps": [step("commander", 0.01), step("commander.repair", 7.5)]},
+        {"status": "error", "error": {"code": "deadline_exceeded"}, "internal_steps": []},
+        {"status": "completed", "error": None, "internal_steps": [step("planner", 0.0, tokens=False),
+                                                                   step("commander.repair", 0.02, tokens=False)]},
+    ]
+    fast, careful = Metrics(), Metrics()
+    for _ in range(2):
+        fast.observe_candidates(outputs)
+        _observed_the_careful_way(careful, outputs)
+    assert _samples(fast) == _samples(careful)
