@@ -22,7 +22,6 @@ from pydantic import ValidationError
 from conftest import settings as settings_scripted
 from conftest import user_input
 from lava import parsing
-from lava import situation as situation_module
 from lava.app import ResponsesShortcut, create_app, validation_error_response
 from lava.backends.scripted import FunctionBackend, ScriptedBackend
 from lava.bench.workload import fixtures_dir, gen_batch
@@ -45,7 +44,6 @@ from lava.policies import commander, create_policy
 from lava.policies import names as names_module
 from lava.policies.base import read_decision
 from lava.protocol import AgentDecision, AgentRequest, ToolCall
-from lava.situation import Feedback
 from lava.tools import ToolBox, shared_decision_schema
 
 # -- request bodies: one JSON-mode validation when the body allows it ------------------------------
@@ -443,28 +441,6 @@ def test_parameter_enums_offer_the_descriptions_words() -> None:
 
 # -- inputs read with fewer objects --------------------------------------------------------------------
 
-FEEDBACK_TEXTS = st.one_of(
-    st.text(max_size=30),
-    st.builds(lambda value, ascii_: json.dumps(value, ensure_ascii=ascii_), JSON_VALUES, st.booleans()),
-    st.builds(lambda infos, error, call: json.dumps({"infos": infos, "error": error, "previous_tool_call": call}),
-              st.text(max_size=20), st.none() | st.text(max_size=5) | JSON_VALUES, JSON_VALUES),
-    st.sampled_from(['{"infos": "x", "n": 123456789012345678901234567890}', '{"infos": "\\ud800"}',
-                     '{"infos": NaN}', '{"infos": "a", "infos": "b"}', ' {"infos": "ok"} ', '1e400', '"\\u00e9"']),
-)
-
-
-@given(FEEDBACK_TEXTS)
-def test_feedback_reads_as_with_the_standard_library(text: str) -> None:
-    fast = Feedback.parse(text)
-    real = situation_module._json_value
-    situation_module._json_value = json.loads  # type: ignore[assignment]
-    try:
-        careful = Feedback.parse(text)
-    finally:
-        situation_module._json_value = real
-    assert repr(fast) == repr(careful)
-
-
 def test_history_turns_are_plain_immutable_records() -> None:
     (turn,) = MemoryView.parse({"history": [{"author": "USER", "content": "hi"}]}).history
     assert (turn.author, turn.content) == ("USER", "hi") and repr(turn) == "Turn(author='USER', content='hi')"
@@ -607,3 +583,40 @@ def test_candidates_are_counted_as_the_careful_way() -> None:
         fast.observe_candidates(outputs)
         _observed_the_careful_way(careful, outputs)
     assert _samples(fast) == _samples(careful)
+
+
+def _turns_read_entry_by_entry(history: list[Any]) -> Any:
+    """memory._turns's careful reading alone: the turns, or where and why it refuses."""
+    from lava.memory import AUTHORS, Turn
+
+    turns = []
+    for index, entry in enumerate(history):
+        if not isinstance(entry, dict):
+            return ("memory", "history", index)
+        if entry.get("author") not in AUTHORS:
+            return ("memory", "history", index, "author")
+        if not isinstance(entry.get("content"), str):
+            return ("memory", "history", index, "content")
+        turns.append(Turn(entry["author"], entry["content"]))
+    return tuple(turns)
+
+
+HISTORY_ENTRIES = st.one_of(
+    st.fixed_dictionaries({"author": st.sampled_from(["USER", "MODEL", "SYSTEM"]), "content": st.text(max_size=5)}),
+    st.fixed_dictionaries({"author": st.sampled_from(["USER", "ROBOT", "user"]) | st.lists(st.just("USER"), max_size=1)
+                           | st.none() | st.integers(), "content": st.text(max_size=3) | st.none() | st.integers()}),
+    st.dictionaries(st.sampled_from(["author", "content", "extra"]), st.sampled_from(["USER", "x"]), max_size=3),
+    st.none() | st.text(max_size=3) | st.lists(st.just("USER"), max_size=2),
+)
+
+
+@given(st.lists(HISTORY_ENTRIES, max_size=6))
+def test_histories_read_as_entry_by_entry(history: list[Any]) -> None:
+    try:
+        read: Any = MemoryView.parse({"history": history}).history
+    except InvalidInput as refused:
+        read = refused.loc
+    expected = _turns_read_entry_by_entry(history)
+    assert read == expected
+    if isinstance(read, tuple) and read and not isinstance(read[0], str):
+        assert all(type(turn).__name__ == "Turn" for turn in read)

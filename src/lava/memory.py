@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 import orjson
@@ -64,16 +67,22 @@ class MemoryView:
         return sum(1 for turn in self.history if turn.author == "MODEL")
 
 
+_AUTHOR_AND_CONTENT = itemgetter("author", "content")
+_as_turn = partial(tuple.__new__, Turn)  # what Turn(author, content) makes, without its Python-level __new__
+_is_author = frozenset(AUTHORS).__contains__
+_author, _content = itemgetter(0), itemgetter(1)
+
+
 def _turns(raw_history: list[Any]) -> tuple[Turn, ...]:
-    # The usual history is well formed: read in one pass, checked after; any doubt and the
-    # entry-by-entry reading below names the first bad field.
+    # The usual history is well formed: read in one pass, checked after, all in C (map, itemgetter;
+    # it shows at 20 entries x 10 inputs per GEN batch); any doubt and the entry-by-entry reading
+    # below names the first bad field.
     try:
-        turns = tuple([Turn(entry["author"], entry["content"]) for entry in raw_history])
-    except (TypeError, KeyError):
-        pass
-    else:
-        if all(turn.author in AUTHORS and type(turn.content) is str for turn in turns):
+        turns = tuple(map(_as_turn, map(_AUTHOR_AND_CONTENT, raw_history)))
+        if all(map(_is_author, map(_author, turns))) and all(map(isinstance, map(_content, turns), repeat(str))):
             return turns
+    except (TypeError, KeyError):  # not an object, a field missing, an unhashable author
+        pass
     checked = []
     for index, entry in enumerate(raw_history):
         if not isinstance(entry, dict):
