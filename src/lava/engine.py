@@ -52,12 +52,13 @@ class RequestDeadline:
     that cancellation into the input's deadline error; inputs that finished are not touched, and
     a cancellation from elsewhere (the client went away, shutdown) still propagates."""
 
-    __slots__ = ("_timer", "deciding", "expired", "when")
+    __slots__ = ("_timer", "cut", "deciding", "expired", "when")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         self.when = when
         self.expired = False
         self.deciding: set[asyncio.Task[Any]] = set()  # each suspended inside its decision
+        self.cut: set[asyncio.Task[Any]] = set()  # the ones this deadline cancelled
         self._timer = loop.call_at(when, self._expire)
 
     def enter(self, task: asyncio.Task[Any]) -> None:
@@ -70,10 +71,12 @@ class RequestDeadline:
 
     def _cancel(self, task: asyncio.Task[Any]) -> None:
         if task in self.deciding:
+            self.cut.add(task)
             task.cancel()
 
     def _expire(self) -> None:
         self.expired = True
+        self.cut.update(self.deciding)
         for task in self.deciding:
             task.cancel()
 
@@ -196,7 +199,7 @@ class Engine:
         except asyncio.CancelledError:
             # Only the deadline's own cancellation becomes a timeout (asyncio.timeout's rule:
             # when another one is pending too, the task is being cancelled and must end so).
-            if deadline.expired and task.uncancel() <= cancelling:
+            if task in deadline.cut and task.uncancel() <= cancelling:
                 raise TimeoutError from None
             raise
         finally:
