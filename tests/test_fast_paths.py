@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import orjson
@@ -20,13 +21,15 @@ from pydantic import ValidationError
 
 from conftest import settings as settings_scripted
 from conftest import user_input
+from lava import parsing
 from lava.app import ResponsesShortcut, create_app, validation_error_response
 from lava.backends.scripted import FunctionBackend, ScriptedBackend
 from lava.bench.workload import fixtures_dir, gen_batch
 from lava.bodies import _parse_body_checked, parse_body
 from lava.engine import Engine
 from lava.errors import InvalidInput
-from lava.memory import MemoryView
+from lava.jsontext import json_text
+from lava.memory import MemoryView, decision_record
 from lava.parsing import (
     _candidates,
     _json_objects,
@@ -34,11 +37,13 @@ from lava.parsing import (
     _scan_json_values,
     _strip_think_tags,
     parse_decision,
+    render_decision,
     strip_reasoning,
 )
 from lava.policies import commander, create_policy
+from lava.policies import names as names_module
 from lava.policies.base import read_decision
-from lava.protocol import AgentRequest
+from lava.protocol import AgentDecision, AgentRequest, ToolCall
 from lava.tools import ToolBox, shared_decision_schema
 
 # -- request bodies: one JSON-mode validation when the body allows it ------------------------------
@@ -312,3 +317,306 @@ def test_scripted_completions_carry_their_own_duration() -> None:
     request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(n=2)]})
     outputs = asyncio.run(_engine(ScriptedBackend()).respond(request))
     assert all(step["duration_s"] >= 0 for o in outputs for step in o["internal_steps"])
+
+
+# -- encoders and constructors built once ---------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats(allow_nan=True)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10)
+
+
+@given(JSON_VALUES)
+def test_json_text_is_json_dumps_without_ascii_escapes(value: Any) -> None:
+    assert json_text(value) == json.dumps(value, ensure_ascii=False)
+
+
+def test_json_text_of_records_and_decisions() -> None:
+    decision = AgentDecision(say="", tool_calls=[ToolCall(name="pick", arguments={"objet": "tasse à café", "n": 2.0},
+                                                          target_robot_name="panda")])
+    action = {"panda": {"name": "pick", "arguments": {"objet": "tasse à café", "n": 2.0}}}
+    assert decision_record(decision) == json.dumps({"say": "", "action": action}, ensure_ascii=False)
+    assert render_decision(decision) == json.dumps({"tool_calls": [
+        {"robot": "panda", "name": "pick", "arguments": {"objet": "tasse à café", "n": 2.0}}]}, ensure_ascii=False)
+    assert render_decision(AgentDecision(say="Fini « ok »")) == json.dumps({"say": "Fini « ok »"}, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(("model", "fields"), [
+    (ToolCall, {"name": "pick", "arguments": {"id": "a"}, "target_robot_name": "panda"}),
+    (ToolCall, {"name": "", "arguments": {"x": float("nan")}, "target_robot_name": "panda"}),  # unvalidated, as before
+    (AgentDecision, {"say": "Done.", "tool_calls": []}),
+])
+def test_unchecked_models_are_the_constructed_ones(model: Any, fields: dict[str, Any]) -> None:
+    fast, slow = parsing._unchecked(model, dict(fields)), model.model_construct(**fields)
+    assert fast == slow and repr(fast) == repr(slow)
+    assert list(fast.__dict__) == list(slow.__dict__)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__ and fast.__pydantic_private__ == slow.__pydantic_private__
+    if model is AgentDecision:
+        assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
+
+
+@given(TEXTS)
+def test_decisions_read_as_with_model_construct(text: str) -> None:
+    fast = parse_decision(text, robots=("panda",))
+    real = parsing._unchecked
+    parsing._unchecked = lambda model, fields: model.model_construct(**fields)  # type: ignore[assignment]
+    try:
+        slow = parse_decision(text, robots=("panda",))
+    finally:
+        parsing._unchecked = real
+    assert (fast.decision, fast.problems, fast.assumptions) == (slow.decision, slow.problems, slow.assumptions)
+
+
+# -- names read once per text ----------------------------------------------------------------------------
+
+def _careful_names() -> dict[str, Any]:
+    """policies.names as it read every text on every call, before its caches."""
+    n = names_module
+
+    def identifiers(text: str) -> list[str]:
+        return [m.group(0) for m in n._IDENTIFIER.finditer(text)]
+
+    def contents(texts: list[str]) -> set[str]:
+        return {name for text in texts for m in n._CONTENTS.finditer(text) for name in identifiers(m.group(1))}
+
+    def containers(texts: list[str]) -> list[str]:
+        return list(dict.fromkeys(m.group(1) for text in texts for m in n._CONTAINER.finditer(text)
+                                  if m.group(1).lower() not in n._STOP))
+
+    def description_words(text: str) -> list[str]:
+        return [w for w in re.findall(r"[A-Za-z][A-Za-z0-9_\-]*", text) if len(w) > 2 and w.lower() not in n._STOP]
+
+    def known_names(attributes: dict[str, Any], texts: list[str], user_texts: list[str]) -> list[str]:
+        names = n.attribute_values(attributes)
+        for text in texts:
+            names += identifiers(text)
+            names += [m.group(1) for m in n._CONTAINER.finditer(text) if m.group(1).lower() not in n._STOP]
+        for text in user_texts:
+            names += identifiers(text)
+            names += n._CAPITALIZED.findall(text)
+        return list(dict.fromkeys(names))
+
+    return {"identifiers": identifiers, "contents": contents, "containers": containers,
+            "description_words": description_words, "known_names": known_names}
+
+
+SCENE_TEXTS = st.lists(st.one_of(
+    st.text(alphabet="abcAB_-12 .;\n", max_size=40),
+    st.sampled_from(["white_tray contains white_cube_1 and red_cube_2.", "The Table has blue_cube_1; bin holds x9",
+                     "Put the Red cube in Tray_2", "panda: get_objects succeed with message: tray_a has cube_b",
+                     "Use table or a tray name such as white_tray", "Name of the button to press (sw1, sw22)."]),
+), max_size=4)
+
+
+@given(SCENE_TEXTS, SCENE_TEXTS)
+def test_cached_names_are_the_careful_ones(texts: list[str], user: list[str]) -> None:
+    careful = _careful_names()
+    attributes = {"objects": ["cube_1", "Tray"], "known_robots": ["panda"]}
+    for _ in range(2):  # filling the caches, then reading from them
+        assert names_module.contents(texts) == careful["contents"](texts)
+        assert names_module.containers(texts) == careful["containers"](texts)
+        assert names_module.known_names(attributes, texts, user) == careful["known_names"](attributes, texts, user)
+        for text in [*texts, *user]:
+            assert names_module.identifiers(text) == careful["identifiers"](text)
+            assert names_module.description_words(text) == careful["description_words"](text)
+    returned = names_module.identifiers("cube_1 cube_2")
+    returned.append("mine")
+    assert names_module.identifiers("cube_1 cube_2") == ["cube_1", "cube_2"]
+
+
+def test_parameter_enums_offer_the_descriptions_words() -> None:
+    target = {"type": "str", "description": "Use table or a tray."}
+    toolbox = ToolBox.from_input([{"name": "put_in", "description": "Put it in a place such as white_tray.",
+                                   "arguments": {"target": target}}], {})
+    careful = _careful_names()
+    own = careful["description_words"]("Use table or a tray.") + careful["identifiers"](
+        "Put it in a place such as white_tray.")
+    for _ in range(2):
+        assert names_module.parameter_enums(toolbox, ["cube_1", "table"], exclude={"put_in": {"tray"}}) == {
+            "put_in": {"target": [v for v in dict.fromkeys(["cube_1", "table", *own]) if v != "tray"]}}
+
+
+# -- inputs read with fewer objects --------------------------------------------------------------------
+
+def test_history_turns_are_plain_immutable_records() -> None:
+    (turn,) = MemoryView.parse({"history": [{"author": "USER", "content": "hi"}]}).history
+    assert (turn.author, turn.content) == ("USER", "hi") and repr(turn) == "Turn(author='USER', content='hi')"
+    with pytest.raises(AttributeError):
+        turn.author = "MODEL"  # type: ignore[misc]
+
+
+def test_the_server_process_collects_young_objects_above_a_batch(monkeypatch) -> None:
+    import gc
+
+    import uvicorn
+
+    from lava import cli
+
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(app))
+    monkeypatch.setattr("lava.logs.configure_logging", lambda *args, **kwargs: None)
+    before = gc.get_threshold()
+    try:
+        assert cli.main(["serve", "--backend", "scripted", "--port", "0"]) == 0
+        assert served and gc.get_threshold() == (cli.GC_YOUNG_THRESHOLD, *before[1:])
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+# -- one deadline timer per request, acting as a timeout per input ------------------------------------------
+
+def _timed_engine(respond: Any, **limits: Any) -> Engine:
+    from lava.engine import EngineLimits
+    from lava.policies.full_history import FullHistoryPolicy
+
+    return Engine(FullHistoryPolicy(FunctionBackend(respond), settings_scripted()), EngineLimits(**limits))
+
+
+async def _slow_when_asked(request: Any) -> list[str]:
+    if "slow" in request.messages[-1].content:
+        await asyncio.sleep(30)
+    return ['{"say": "ok"}'] * request.n
+
+
+def _statuses(outputs: list[dict[str, Any]]) -> list[str]:
+    return [o["status"] if o["status"] == "completed" else o["error"]["code"] for o in outputs]
+
+
+def test_the_deadline_cuts_only_the_inputs_still_deciding() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [
+        user_input(id=0), user_input("slow", id=1, n=2), user_input(id=2)]})
+    outputs = asyncio.run(_timed_engine(_slow_when_asked, deadline_s=0.2).respond(request))
+    assert _statuses(outputs) == ["completed", "deadline_exceeded", "deadline_exceeded", "completed"]
+
+
+def test_inputs_waiting_for_a_slot_are_cut_too() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [
+        user_input("slow", id=0), user_input("slow", id=1), user_input(id=2)]})
+    outputs = asyncio.run(_timed_engine(_slow_when_asked, deadline_s=0.2, max_concurrency=1).respond(request))
+    assert _statuses(outputs) == ["deadline_exceeded"] * 3
+
+
+def test_a_deadline_already_passed_still_lets_instant_decisions_through() -> None:
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(id=0), user_input("slow", id=1)]})
+    outputs = asyncio.run(_timed_engine(_slow_when_asked, deadline_s=0).respond(request))
+    assert _statuses(outputs) == ["completed", "deadline_exceeded"]
+
+
+def test_a_timeout_raised_by_the_policy_is_a_deadline_error() -> None:
+    async def timing_out(request: Any) -> list[str]:
+        raise TimeoutError("the model server took too long")
+
+    request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(id=0)]})
+    assert _statuses(asyncio.run(_timed_engine(timing_out).respond(request))) == ["deadline_exceeded"]
+
+
+def test_cancelling_the_request_cancels_its_inputs() -> None:
+    started: list[Any] = []
+
+    async def waiting(request: Any) -> list[str]:
+        started.append(asyncio.current_task())
+        await asyncio.sleep(30)
+        return ['{"say": "ok"}'] * request.n
+
+    async def main() -> None:
+        engine = _timed_engine(waiting, deadline_s=10)
+        request = AgentRequest.model_validate({"request_id": "r", "inputs": [user_input(id=0), user_input(id=1)]})
+        answering = asyncio.create_task(engine.respond(request))
+        await asyncio.sleep(0.05)
+        answering.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await answering
+        await asyncio.sleep(0)
+        assert len(started) == 2 and all(task.cancelled() for task in started)
+
+    asyncio.run(main())
+
+
+# -- metrics: each step read once ---------------------------------------------------------------------------
+
+def _observed_the_careful_way(metrics: Any, outputs: list[dict[str, Any]]) -> None:
+    """Metrics.observe_candidates as it read every candidate's steps twice and looked labels up each time."""
+    for output in outputs:
+        error = output.get("error") or {}
+        metrics.candidates.labels(output["status"], error.get("code", "")).inc()
+        steps = output.get("internal_steps") or []
+        if any(str(step.get("component", "")).endswith(".repair") for step in steps):
+            metrics.repairs.inc()
+        for step in steps:
+            if "total_input_tokens" not in step:
+                continue
+            metrics.model_calls.labels(str(step.get("component", ""))).inc()
+            metrics.model_seconds.observe(float(step.get("duration_s", 0.0)))
+            metrics.tokens.labels("input").inc(step.get("total_input_tokens", 0))
+            metrics.tokens.labels("output").inc(step.get("total_output_tokens", 0))
+            metrics.tokens.labels("cached").inc(step.get("total_cached_tokens", 0))
+
+
+def _samples(metrics: Any) -> list[tuple[str, list[tuple[str, str]], float]]:
+    return sorted((s.name, sorted(s.labels.items()), s.value) for family in metrics.registry.collect()
+                  for s in family.samples
+                  if not s.name.endswith("_created"))
+
+
+def test_candidates_are_counted_as_the_careful_way() -> None:
+    from lava.metrics import Metrics
+
+    def step(component: str, seconds: float, tokens: bool = True) -> dict[str, Any]:
+        counted = {"total_input_tokens": 40, "total_output_tokens": 7, "total_cached_tokens": 3} if tokens else {}
+        return {"component": component, "duration_s": seconds, **counted}
+
+    outputs = [
+        {"status": "completed", "error": None, "internal_steps": [step("classifier", 0.002), step("commander", 0.3)]},
+        {"status": "completed", "error": None, "internal_steps": [step("commander", 0.3)]},
+        {"status": "error", "error": {"code": "invalid_output"},
+         "internal_steps": [step("commander", 0.01), step("commander.repair", 7.5)]},
+        {"status": "error", "error": {"code": "deadline_exceeded"}, "internal_steps": []},
+        {"status": "completed", "error": None, "internal_steps": [step("planner", 0.0, tokens=False),
+                                                                   step("commander.repair", 0.02, tokens=False)]},
+    ]
+    fast, careful = Metrics(), Metrics()
+    for _ in range(2):
+        fast.observe_candidates(outputs)
+        _observed_the_careful_way(careful, outputs)
+    assert _samples(fast) == _samples(careful)
+
+
+def _turns_read_entry_by_entry(history: list[Any]) -> Any:
+    """memory._turns's careful reading alone: the turns, or where and why it refuses."""
+    from lava.memory import AUTHORS, Turn
+
+    turns = []
+    for index, entry in enumerate(history):
+        if not isinstance(entry, dict):
+            return ("memory", "history", index)
+        if entry.get("author") not in AUTHORS:
+            return ("memory", "history", index, "author")
+        if not isinstance(entry.get("content"), str):
+            return ("memory", "history", index, "content")
+        turns.append(Turn(entry["author"], entry["content"]))
+    return tuple(turns)
+
+
+HISTORY_ENTRIES = st.one_of(
+    st.fixed_dictionaries({"author": st.sampled_from(["USER", "MODEL", "SYSTEM"]), "content": st.text(max_size=5)}),
+    st.fixed_dictionaries({"author": st.sampled_from(["USER", "ROBOT", "user"]) | st.lists(st.just("USER"), max_size=1)
+                           | st.none() | st.integers(), "content": st.text(max_size=3) | st.none() | st.integers()}),
+    st.dictionaries(st.sampled_from(["author", "content", "extra"]), st.sampled_from(["USER", "x"]), max_size=3),
+    st.none() | st.text(max_size=3) | st.lists(st.just("USER"), max_size=2),
+)
+
+
+@given(st.lists(HISTORY_ENTRIES, max_size=6))
+def test_histories_read_as_entry_by_entry(history: list[Any]) -> None:
+    try:
+        read: Any = MemoryView.parse({"history": history}).history
+    except InvalidInput as refused:
+        read = refused.loc
+    expected = _turns_read_entry_by_entry(history)
+    assert read == expected
+    if isinstance(read, tuple) and read and not isinstance(read[0], str):
+        assert all(type(turn).__name__ == "Turn" for turn in read)

@@ -10,6 +10,9 @@ from . import __version__, bench, conformance
 from .errors import ConfigError
 from .settings import Settings
 
+# Young-generation threshold of the serving process (see serve).
+GC_YOUNG_THRESHOLD = 10_000
+
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run the agent server (MAGMA agent protocol 2.0)")
@@ -60,6 +63,12 @@ def serve(args: argparse.Namespace) -> int:
     # never be garbage (measured: about 1 ms per request on average, on a GEN batch).
     gc.collect()
     gc.freeze()
+    # A GEN batch keeps a few thousand containers alive at once (the parsed body, the candidates'
+    # memory copies, steps, outputs), almost all freed by reference counting when it is answered.
+    # At the default young-generation threshold (700) that peak alone sets off one or two
+    # collections per request, each walking all of them (measured: ~0.15 ms per GEN batch); above
+    # the peak, collections run only for what really accumulates.
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     # log_config=None: uvicorn's records go to the root handler above: ids stamped, secrets masked.
     # On SIGTERM uvicorn stops accepting, lets in-flight requests finish (up to the grace), then exits.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,

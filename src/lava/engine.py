@@ -26,6 +26,7 @@ from .metrics import Metrics
 from .policies import CandidateResult, Policy
 from .protocol import AgentRequest
 from .situation import Situation
+from .tools import DecisionCheck
 
 if TYPE_CHECKING:
     from .telemetry import Tracing
@@ -42,6 +43,45 @@ class EngineLimits:
     deadline_s: float = 300.0
     max_candidates: int = 1024
     max_history_entries: int = 20_000
+
+
+class RequestDeadline:
+    """One timer for a whole request, where an `asyncio.timeout_at` per input would set (and then
+    cancel) one each. It acts as those would: once the deadline has passed, every input still
+    deciding is cancelled at its next wait, and only those, and `Engine._decide_in_time` turns
+    that cancellation into the input's deadline error; inputs that finished are not touched, and
+    a cancellation from elsewhere (the client went away, shutdown) still propagates."""
+
+    __slots__ = ("_timer", "cut", "deciding", "expired", "when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self.when = when
+        self.expired = False
+        self.deciding: set[asyncio.Task[Any]] = set()  # each suspended inside its decision
+        self.cut: set[asyncio.Task[Any]] = set()  # the ones this deadline cancelled
+        self._timer = loop.call_at(when, self._expire)
+
+    def enter(self, task: asyncio.Task[Any]) -> None:
+        self.deciding.add(task)
+        if self.expired:  # it started after the timer fired: cancelled at its first wait, as a timeout would
+            task.get_loop().call_soon(self._cancel, task)
+
+    def leave(self, task: asyncio.Task[Any]) -> None:
+        self.deciding.discard(task)
+
+    def _cancel(self, task: asyncio.Task[Any]) -> None:
+        if task in self.deciding:
+            self.cut.add(task)
+            task.cancel()
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.cut.update(self.deciding)
+        for task in self.deciding:
+            task.cancel()
+
+    def close(self) -> None:
+        self._timer.cancel()
 
 
 def read_situations(request: AgentRequest, limits: EngineLimits) -> list[Situation]:
@@ -82,21 +122,25 @@ class Engine:
         situations = read_situations(request, self.limits)
         if not situations:
             return []
+        loop = asyncio.get_running_loop()
         # asyncio's clock is time.monotonic(), which the deadline context variable also uses.
-        deadline = asyncio.get_running_loop().time() + self.limits.deadline_s
-        answers = await asyncio.gather(*(self._answer(request.request_id, s, deadline) for s in situations))
+        deadline = RequestDeadline(loop, loop.time() + self.limits.deadline_s)
+        try:
+            answers = await asyncio.gather(*(self._answer(request.request_id, s, deadline) for s in situations))
+        finally:
+            deadline.close()
         outputs = [output for answer in answers for output in answer]
         if self.metrics is not None:
             self.metrics.observe_candidates(outputs)
         return outputs
 
-    async def _answer(self, request_id: str, situation: Situation, deadline: float) -> list[Output]:
+    async def _answer(self, request_id: str, situation: Situation, deadline: RequestDeadline) -> list[Output]:
         n = situation.n
         memories = json_copies(situation.input.memory, n)
         started = time.perf_counter()
         # This task's own context: backends size their timeouts from the deadline, and every
         # record logged while deciding this input names it.
-        set_deadline(deadline)
+        set_deadline(deadline.when)
         source_id_var.set(situation.input.id)
         tracing = self.tracing
         span = tracing.start_decision(request_id, situation, self.policy.name) if tracing is not None else None
@@ -106,7 +150,9 @@ class Engine:
         try:
             results = await self._decide(situation, deadline, memories)
             # Built here rather than by the caller so the decision's span ends with final statuses.
-            outputs = [self._output(request_id, situation, index, result) for index, result in enumerate(results)]
+            checks: dict[int, DecisionCheck] = {}  # candidates often share one decision: validated once
+            outputs = [self._output(request_id, situation, index, result, checks)
+                       for index, result in enumerate(results)]
             return outputs
         finally:
             if self.metrics is not None:
@@ -115,12 +161,11 @@ class Engine:
             if tracing is not None and span is not None:
                 tracing.end_decision(span, outputs)
 
-    async def _decide(self, situation: Situation, deadline: float, memories: list[dict[str, Any]]
+    async def _decide(self, situation: Situation, deadline: RequestDeadline, memories: list[dict[str, Any]]
                       ) -> Sequence[CandidateResult]:
         n = situation.n
         try:
-            async with asyncio.timeout_at(deadline), self._slots:
-                results = await self.policy.decide(situation, memories)
+            results = await self._decide_in_time(situation, deadline, memories)
         except TimeoutError:
             seconds = self.limits.deadline_s
             error: CandidateError = DeadlineExceeded(
@@ -140,9 +185,33 @@ class Engine:
             return [CandidateResult.failed(error) for _ in range(n)]
         return results
 
-    def _output(self, request_id: str, situation: Situation, index: int, result: CandidateResult) -> Output:
+    async def _decide_in_time(self, situation: Situation, deadline: RequestDeadline, memories: list[dict[str, Any]]
+                              ) -> Sequence[CandidateResult]:
+        """The policy's decision, or TimeoutError when the request deadline cancelled it: what
+        `async with asyncio.timeout_at(deadline.when)` does, on the request's one timer."""
+        task = asyncio.current_task()
+        assert task is not None  # each input is decided in its own task (respond's gather)
+        cancelling = task.cancelling()
+        deadline.enter(task)
+        try:
+            async with self._slots:
+                return await self.policy.decide(situation, memories)
+        except asyncio.CancelledError:
+            # Only the deadline's own cancellation becomes a timeout (asyncio.timeout's rule:
+            # when another one is pending too, the task is being cancelled and must end so).
+            if task in deadline.cut and task.uncancel() <= cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            deadline.leave(task)
+
+    def _output(self, request_id: str, situation: Situation, index: int, result: CandidateResult,
+                checks: dict[int, DecisionCheck]) -> Output:
         if result.error is None and result.decision is not None and result.memory is not None:
-            check = situation.toolbox.check(result.decision)
+            # Keyed by identity: every result (so every decision) lives until the outputs are made.
+            check = checks.get(id(result.decision))
+            if check is None:
+                check = checks[id(result.decision)] = situation.toolbox.check(result.decision)
             if check.ok:
                 return {
                     "request_id": request_id,

@@ -15,14 +15,17 @@ Every other key is preserved untouched. A malformed known key is refused with th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import partial
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
 from .errors import InvalidInput
+from .jsontext import json_text
 from .protocol import AgentDecision, AgentInstruction
 
 Author = Literal["USER", "SYSTEM", "MODEL"]
@@ -30,8 +33,11 @@ AUTHORS: tuple[str, ...] = ("USER", "SYSTEM", "MODEL")
 LAVA_KEY = "lava"
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
+class Turn(NamedTuple):
+    """One history entry. A named tuple rather than a frozen dataclass: just as immutable, and made
+    in half the time (a frozen dataclass sets each field through object.__setattr__), which counts
+    at one Turn per history entry per input, about 200 per GEN batch."""
+
     author: Author
     content: str
 
@@ -61,16 +67,22 @@ class MemoryView:
         return sum(1 for turn in self.history if turn.author == "MODEL")
 
 
+_AUTHOR_AND_CONTENT = itemgetter("author", "content")
+_as_turn = partial(tuple.__new__, Turn)  # what Turn(author, content) makes, without its Python-level __new__
+_is_author = frozenset(AUTHORS).__contains__
+_author, _content = itemgetter(0), itemgetter(1)
+
+
 def _turns(raw_history: list[Any]) -> tuple[Turn, ...]:
-    # The usual history is well formed: read in one pass, checked after; any doubt and the
-    # entry-by-entry reading below names the first bad field.
+    # The usual history is well formed: read in one pass, checked after, all in C (map, itemgetter;
+    # it shows at 20 entries x 10 inputs per GEN batch); any doubt and the entry-by-entry reading
+    # below names the first bad field.
     try:
-        turns = tuple([Turn(entry["author"], entry["content"]) for entry in raw_history])
-    except (TypeError, KeyError):
-        pass
-    else:
-        if all(turn.author in AUTHORS and type(turn.content) is str for turn in turns):
+        turns = tuple(map(_as_turn, map(_AUTHOR_AND_CONTENT, raw_history)))
+        if all(map(_is_author, map(_author, turns))) and all(map(isinstance, map(_content, turns), repeat(str))):
             return turns
+    except (TypeError, KeyError):  # not an object, a field missing, an unhashable author
+        pass
     checked = []
     for index, entry in enumerate(raw_history):
         if not isinstance(entry, dict):
@@ -112,7 +124,7 @@ def decision_record(decision: AgentDecision) -> str:
         action = {c.target_robot_name: {"name": c.name, "arguments": c.arguments} for c in decision.tool_calls}
     else:
         action = [{c.target_robot_name: {"name": c.name, "arguments": c.arguments}} for c in decision.tool_calls]
-    return json.dumps({"say": decision.say, "action": action}, ensure_ascii=False)
+    return json_text({"say": decision.say, "action": action})
 
 
 def append_turn(memory: dict[str, Any], instruction: AgentInstruction, decision: AgentDecision,

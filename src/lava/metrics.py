@@ -40,41 +40,52 @@ class Metrics:
         # Labelled children looked up once: a GEN batch observes dozens of them per request.
         self._input_tokens, self._output_tokens, self._cached_tokens = (
             self.tokens.labels(kind) for kind in ("input", "output", "cached"))
+        self._children: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
 
     def observe_candidate(self, output: dict) -> None:
         self.observe_candidates([output])
 
     def observe_candidates(self, outputs: list[dict]) -> None:
         """A request's candidates, summed first: one locked update per counter and label instead of
-        several per candidate (a GEN batch has 20). Model-call durations stay one observation each."""
+        several per candidate (a GEN batch has 20), and each step read once. Model-call durations
+        stay one observation each."""
         candidates: dict[tuple[str, str], int] = {}
         calls: dict[str, int] = {}
         repairs = input_tokens = output_tokens = cached_tokens = 0
+        observe_call = self.model_seconds.observe
         for output in outputs:
             error = output.get("error") or {}
             labels = (output["status"], error.get("code", ""))
             candidates[labels] = candidates.get(labels, 0) + 1
-            steps = output.get("internal_steps") or []
-            if any(str(step.get("component", "")).endswith(".repair") for step in steps):
-                repairs += 1
-            for step in steps:
+            repaired = False
+            for step in output.get("internal_steps") or ():
+                component = str(step.get("component", ""))
+                repaired = repaired or component.endswith(".repair")
                 if "total_input_tokens" not in step:
                     continue
-                component = str(step.get("component", ""))
                 calls[component] = calls.get(component, 0) + 1
-                self.model_seconds.observe(float(step.get("duration_s", 0.0)))
+                observe_call(float(step.get("duration_s", 0.0)))
                 input_tokens += step.get("total_input_tokens", 0)
                 output_tokens += step.get("total_output_tokens", 0)
                 cached_tokens += step.get("total_cached_tokens", 0)
-        for (status, code), count in candidates.items():
-            self.candidates.labels(status, code).inc(count)
+            repairs += repaired
+        for labels, count in candidates.items():
+            self._child(self.candidates, labels).inc(count)
         for component, count in calls.items():
-            self.model_calls.labels(component).inc(count)
+            self._child(self.model_calls, (component,)).inc(count)
         if repairs:
             self.repairs.inc(repairs)
         self._input_tokens.inc(input_tokens)
         self._output_tokens.inc(output_tokens)
         self._cached_tokens.inc(cached_tokens)
+
+    def _child(self, counter: Counter, labels: tuple[str, ...]) -> Counter:
+        """`counter.labels(*labels)`, kept: prometheus_client validates and locks on every lookup."""
+        key = (counter, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(*labels)
+        return child
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

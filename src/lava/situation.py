@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidInput
+from .jsontext import json_text
 from .memory import MemoryView
 from .protocol import AgentInput, AgentInstruction
 from .tools import ToolBox
@@ -41,7 +42,7 @@ class Feedback:
             value = data.get(key)
             if value is None:
                 return ""
-            return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            return value if isinstance(value, str) else json_text(value)
 
         previous = data.get("previous_tool_call")
         return cls(

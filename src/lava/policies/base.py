@@ -104,17 +104,13 @@ def read_decision(completion: Completion, toolbox: ToolBox) -> ParsedDecision:
         # A robot runs one call per decision; its later calls are the plan's next steps, asked again next turn.
         parsed.assumptions.append("only the first call of each robot kept (one call per robot per decision)")
         calls = list(first_per_robot.values())
-    fixed_calls = []
+    wire_calls = []  # straight to the wire shape the validator reads: no intermediate models
     for call in calls:
         tool = toolbox.get(call.name)
         arguments = coerce_arguments(tool, call.arguments) if tool else call.arguments
-        fixed_calls.append(ToolCall.model_construct(
-            name=call.name, arguments=arguments, target_robot_name=call.target_robot_name
-        ))
+        wire_calls.append({"name": call.name, "arguments": arguments, "target_robot_name": call.target_robot_name})
     try:
-        parsed.decision = AgentDecision.model_validate({"say": say, "tool_calls": [
-            {"name": c.name, "arguments": c.arguments, "target_robot_name": c.target_robot_name} for c in fixed_calls
-        ]})
+        parsed.decision = AgentDecision.model_validate({"say": say, "tool_calls": wire_calls})
     except ValueError as exc:  # empty names, non-finite numbers: not a decision the wire accepts
         parsed.problems.append(f"the answer is not a valid decision: {exc}")
         parsed.decision = None

@@ -8,12 +8,12 @@ prompt of turn t, which is what lets llama.cpp and vLLM reuse their caches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
 from ..backends.base import Message
+from ..jsontext import json_text
 from ..memory import Turn
 from ..parsing import parse_decision, render_decision
 from ..prompts import render
@@ -30,7 +30,7 @@ def format_value(value: Any) -> str:
         return "; ".join(f"{key}: {format_value(item)}" for key, item in value.items()) if value else "(none)"
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def task_state(attributes: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 from ..tools import ToolBox
@@ -29,29 +31,54 @@ other some more most not no yes you your i me my we our they them their he she h
 
 
 _CONTENTS = re.compile(r"\b(?:contains?|has|have|holds?)\s+([^.;\n]*)", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
+
+# The texts these read (the request, rules, observations, results, tool descriptions) come back
+# turn after turn and input after input of a GEN batch, and every decision reads them several
+# times: each text is scanned once, then served from a bounded cache. The functions are pure and
+# the cached values immutable; callers get fresh lists and sets.
+TEXT_CACHE_SIZE = 4096
 
 
 def contents(texts: Sequence[str]) -> set[str]:
     """Names reported as being *in* something ("white_tray contains white_cube_1"): movable things."""
     found: set[str] = set()
     for text in texts:
-        for match in _CONTENTS.finditer(text):
-            found.update(identifiers(match.group(1)))
+        found.update(_contents(text))
     return found
+
+
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _contents(text: str) -> frozenset[str]:
+    return frozenset(name for match in _CONTENTS.finditer(text) for name in _identifiers(match.group(1)))
 
 
 def containers(texts: Sequence[str]) -> list[str]:
     """Names reported as holding things ("white_tray contains ..."): the places of the scene."""
-    return list(dict.fromkeys(m.group(1) for text in texts for m in _CONTAINER.finditer(text)
-                              if m.group(1).lower() not in _STOP))
+    return list(dict.fromkeys(chain.from_iterable(_containers(text) for text in texts)))
+
+
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _containers(text: str) -> tuple[str, ...]:
+    return tuple(m.group(1) for m in _CONTAINER.finditer(text) if m.group(1).lower() not in _STOP)
 
 
 def identifiers(text: str) -> list[str]:
-    return [m.group(0) for m in _IDENTIFIER.finditer(text)]
+    return list(_identifiers(text))
+
+
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _identifiers(text: str) -> tuple[str, ...]:
+    return tuple(m.group(0) for m in _IDENTIFIER.finditer(text))
 
 
 def description_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[A-Za-z][A-Za-z0-9_\-]*", text) if len(w) > 2 and w.lower() not in _STOP]
+    return list(_description_words(text))
+
+
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _description_words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in _WORD.findall(text) if len(w) > 2 and w.lower() not in _STOP)
 
 
 def attribute_values(attributes: Mapping[str, Any]) -> list[str]:
@@ -70,11 +97,10 @@ def known_names(attributes: Mapping[str, Any], texts: Sequence[str], user_texts:
     identifiers and proper names in what the user wrote."""
     names = attribute_values(attributes)
     for text in texts:
-        names += identifiers(text)
-        names += [m.group(1) for m in _CONTAINER.finditer(text) if m.group(1).lower() not in _STOP]
+        names += _identifiers(text)
+        names += _containers(text)
     for text in user_texts:
-        names += identifiers(text)
-        names += _CAPITALIZED.findall(text)
+        names += _user_names(text)
     return list(dict.fromkeys(names))
 
 
@@ -104,6 +130,11 @@ def object_values(attributes: Mapping[str, Any]) -> list[str]:
     return _values({k: v for k, v in attributes.items() if not _CLASS_KEY.search(k)}, _OBJECT_KEY)
 
 
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _user_names(text: str) -> tuple[str, ...]:
+    return (*_identifiers(text), *_CAPITALIZED.findall(text))
+
+
 def parameter_enums(toolbox: ToolBox, names: Sequence[str], *, exclude: Mapping[str, set[str]] | None = None
                     ) -> dict[str, dict[str, list[str]]]:
     """Per tool, per string parameter: the known names plus the words of its descriptions."""
@@ -112,11 +143,17 @@ def parameter_enums(toolbox: ToolBox, names: Sequence[str], *, exclude: Mapping[
         for param in tool.params:
             if param.json_type != "string":
                 continue
-            own = description_words(param.description) + identifiers(tool.description)
+            own = _own_names(param.description, tool.description)
             values = [v for v in dict.fromkeys([*names, *own]) if v not in (exclude or {}).get(tool.name, set())]
             if values:
                 enums.setdefault(tool.name, {})[param.name] = values
     return enums
+
+
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _own_names(param_description: str, tool_description: str) -> tuple[str, ...]:
+    """The names a parameter's own descriptions offer: the same for every turn with these tools."""
+    return (*_description_words(param_description), *_identifiers(tool_description))
 
 
 __all__ = [

@@ -31,7 +31,13 @@ def environment() -> jinja2.Environment:
 @cache
 def template(name: str) -> jinja2.Template:
     # Held here: jinja's own lookup (a weak reference and a locked LRU per call) shows on the hot path.
-    return environment().get_template(name)
+    loaded = environment().get_template(name)
+    # Jinja gives each template its globals as a ChainMap over the environment's, and every render
+    # iterates it twice (to build the context and its key set), in Python: about a third of a short
+    # template's render. Nothing adds globals after loading, so a plain dict of the same entries
+    # renders the same text faster.
+    loaded.globals = dict(loaded.globals)
+    return loaded
 
 
 def render(name: str, **values: Any) -> str:
