@@ -16,6 +16,7 @@ model. Descriptions are matched to names by their words, so renamed tools and va
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ _GONE = re.compile(r"\b(?:there (?:is|are) no|no more|out of|ran out of|run out 
 
 def words(text: str) -> set[str]:
     """Lower-case words, singular, without numbers: "Blue cubes" and blue_cube_2 share {blue, cube}."""
+    return set(_words(text))
+
+
+@functools.lru_cache(maxsize=4096)  # the same requests, rules and names are read on every turn
+def _words(text: str) -> frozenset[str]:
     found = set()
     for word in re.split(r"[^a-z0-9]+", text.lower()):
         if not word or word.isdigit() or word in ("the", "of", "a", "an", "all", "each", "every", "any"):
@@ -54,7 +60,7 @@ def words(text: str) -> set[str]:
         elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
             word = word[:-1]
         found.add(word)
-    return found
+    return frozenset(found)
 
 
 def _count(text: str) -> int:

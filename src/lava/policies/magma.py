@@ -17,6 +17,7 @@ turns; everything else under `memory["lava"]`.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -798,7 +799,9 @@ class MagmaPolicy(Policy):
 
     def result(self, situation: Situation, state: TaskState, decision: AgentDecision,
                steps: list[dict[str, Any]], memory: dict[str, Any], usage: Any = None) -> CandidateResult:
-        own = TaskState.load({"task": state.dump()})  # every candidate continues from its own copy
+        # Every candidate continues from its own copy: launched() only rebinds fields, and dump()
+        # below deep-copies into the memory, so a shallow copy is enough here.
+        own = copy.copy(state)
         own.launched(decision)
         private = memory.get(LAVA_KEY)
         memory[LAVA_KEY] = {**(private if isinstance(private, dict) else {}), "task": own.dump()}
