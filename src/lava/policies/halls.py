@@ -24,6 +24,7 @@ the map of the start is restored instead of exploring again.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class HallTools:
     unload: ToolSpec
 
 
+@functools.lru_cache(maxsize=512)  # tool sets repeat across inputs and turns; ToolBox is frozen
 def hall_tools(toolbox: ToolBox) -> HallTools | None:
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
     detect = next((t for t in tools if not t.params and _DETECT.search(f"{t.name} {t.description}")), None)

@@ -10,6 +10,7 @@ after the current orders: order 003: ...") only adds work.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ class OrderTools:
     put: ToolSpec
 
 
+@functools.lru_cache(maxsize=512)  # tool sets repeat across inputs and turns; ToolBox is frozen
 def order_tools(toolbox: ToolBox) -> OrderTools | None:
     _, take, put = roles(toolbox)
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]

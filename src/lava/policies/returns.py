@@ -21,6 +21,7 @@ clean or broken, which robot blocks a spot) is kept in the skill's notes.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -70,6 +71,7 @@ class ReturnTools:
     table: str
 
 
+@functools.lru_cache(maxsize=512)  # tool sets repeat across inputs and turns; ToolBox is frozen
 def return_tools(toolbox: ToolBox) -> ReturnTools | None:
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
     bare = [t for t in tools if not t.params]

@@ -49,18 +49,24 @@ def skills() -> list[Skill]:
     return _loaded
 
 
+def _keep(state: TaskState, name: str, notes: dict[str, Any]) -> None:
+    # Only skills that found their task write notes: the memory of every other task stays as it was.
+    if notes or name in state.notes:
+        state.notes = {**state.notes, name: notes}
+
+
 def observe_all(situation: Situation, state: TaskState) -> None:
     for skill in skills():
         notes = dict(state.notes.get(skill.name) or {})
         skill.observe(situation, state, notes)
-        state.notes = {**state.notes, skill.name: notes}
+        _keep(state, skill.name, notes)
 
 
 def next_decision(situation: Situation, state: TaskState) -> AgentDecision | None:
     for skill in skills():
         notes = dict(state.notes.get(skill.name) or {})
         decision = skill.next(situation, state, notes)
-        state.notes = {**state.notes, skill.name: notes}
+        _keep(state, skill.name, notes)
         if decision is not None:
             return decision
     return None
