@@ -87,6 +87,18 @@ def _write_index(root: Root, scenario_id: str, version: str) -> None:
     })
 
 
+def _public_presentation(stage, translate):
+    data = stage.model_dump(mode="python")
+    presentation = data["presentation"]
+    arguments = presentation["stage_input"]["instruction"].get("arguments") or {}
+    if isinstance(arguments.get("content"), str):
+        arguments["content"] = translate(arguments["content"])
+    for key in ("verification_prompt", "stage_goal_description"):
+        if isinstance(presentation.get(key), str):
+            presentation[key] = translate(presentation[key])
+    return type(stage).model_validate(data)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
@@ -143,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         stages = serialize_task_stages(task)
         spec = SpecGenerator(seed=entry_seed).generate_N_spec(task, 1)[0]
         randomizer = RuntimeRandomizer(spec)
+        # What the agent reads must use the episode's public names, as its tools, attributes and
+        # results do (magma-bench: "compiled stage presentations are already expressed in the
+        # episode's public vocabulary"). Stage arguments stay canonical: goals and logs check them.
+        stages = [_public_presentation(stage, randomizer.traduce_attributes_to_llm) for stage in stages]
 
         tools_type = f"{task.Tools_cls.__module__}:{task.Tools_cls.__qualname__}"
         key = (tools_type, task.maniskill_env_id)

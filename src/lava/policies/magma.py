@@ -76,7 +76,7 @@ from .task_state import (
 
 HISTORY_WINDOW = 12
 # A message that changes the running request rather than starting a new one.
-_AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|once you have finished|as well|"
+_AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|when) you have finished|as well|also|"
                     r"this (?:tray|order|package|box))\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)

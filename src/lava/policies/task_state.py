@@ -293,8 +293,9 @@ def remaining(request_mentions: Sequence[str], calls: Sequence[Mapping[str, Any]
 
 def one_dimensional(toolbox: ToolBox) -> bool:
     """One tool with one parameter besides cancel: every mentioned name is one call to make."""
-    acting = [t for t in toolbox.tools if t.name != CANCEL_TOOL and t.params]
-    return len(acting) == 1 and len(acting[0].params) == 1
+    observe = roles(toolbox)[0]
+    acting = [t for t in toolbox.tools if t.name != CANCEL_TOOL and t is not observe]
+    return len(acting) == 1 and len(acting[0].params) == 1  # laundry's drop and wash are work too
 
 
 __all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "one_dimensional",

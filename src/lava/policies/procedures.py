@@ -1,0 +1,241 @@
+"""Procedures the rules spell out ("To prepare a coffee you must put the mug, place a capsule, then
+start the machine"), expanded into the calls a request needs, executed without the model.
+
+PROTOTYPE (diag-ml): a rule that names >= 2 tools by a distinctive word of their names (or by the
+exact name) is a procedure, in the order the rule names them. A request runs it once per value it
+asks for (a milky coffee and a milky coffee: two units) when a procedure tool takes a value; a
+parameterless put-like step (drop_to_washing_machine) is preceded by a take of each requested
+object. Values the request leaves out come from rules that associate names with them ("Perez, Lewis
+like their coffee white"); objects a request only describes by such a value come from the same
+rules ("all clothes that can be washed with detergent_TIDE").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
+from .demos import roles
+from .task_state import mentioned, vocabulary
+
+_VERBS = ("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do", "run",
+          "stop", "move", "send", "detect", "scan", "list", "check", "grab", "pick", "drop", "release", "open",
+          "close", "turn", "add", "remove", "use", "go", "launch", "call", "find", "lookup", "retrieve", "trigger")
+_STOP = {"in", "to", "into", "on", "onto", "the", "a", "an", "of", "for", "from", "with", "and", "at", "by", "under"}
+_GOAL = re.compile(r"^\s*(?:to|in order to)\s+[^,.]*?(?:,|\b(?:you|i|we)\s+(?:must|need to|have to|should)\b|"
+                   r"\bmust\b)", re.I)
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_'\-]*")
+_PUT = re.compile(r"\b(put|place|drop|deposit|release|unload|store)", re.I)
+_REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)", re.I)
+_LAST = re.compile(r"\b(?P<what>[a-z]+?)s?\s+(?:must\s+|should\s+)?(?:always\s+)?(?:be\s+)?"
+                   r"(?:put|placed|added|loaded|inserted)\s+last\b", re.I)
+
+
+def norm(word: str) -> str:
+    w = word.lower().strip("'\"")
+    if len(w) > 4 and re.search(r"(?:x|ss|sh|ch)es$", w):
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        w = w[:-1]
+    if len(w) > 5 and w.endswith("ing"):
+        w = w[:-3]
+    elif len(w) > 4 and w.endswith("ed"):
+        w = w[:-2]
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
+    return w
+
+
+_NVERBS = {norm(v) for v in _VERBS}
+
+
+def _parts(name: str) -> list[str]:
+    return [p for p in re.split(r"[_\-\s']+", name) if p]
+
+
+def keywords(toolbox: ToolBox) -> dict[str, set[str]]:
+    """Per tool, the words of its name that no other tool's name has (verbs and small words aside)."""
+    tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
+    own = {t.name: {norm(p) for p in _parts(t.name)} - _NVERBS - _STOP for t in tools}
+    counts = Counter(w for words in own.values() for w in words)
+    return {name: {w for w in words if counts[w] == 1} for name, words in own.items()}
+
+
+def named_tools(text: str, toolbox: ToolBox) -> list[ToolSpec]:
+    """Tools the text names, in order of first mention (the goal clause "To prepare a coffee" aside)."""
+    goal = _GOAL.match(text)
+    body = text[goal.end():] if goal else text
+    keys = keywords(toolbox)
+    first: dict[str, int] = {}
+    for match in _TOKEN.finditer(body):
+        raw = match.group(0)
+        token = raw.strip("'")
+        # a tool named as such: 'wash', start_cycle
+        exact = body[max(0, match.start() - 1):match.start()] in ("'", '"', "`") or "_" in token
+        subwords = {norm(p) for p in _parts(token)}
+        for tool in toolbox.tools:
+            if tool.name == CANCEL_TOOL or tool.name in first:
+                continue
+            if (exact and token.lower() == tool.name.lower()) or keys.get(tool.name, set()) & subwords:
+                first[tool.name] = match.start()
+    return sorted((t for t in toolbox.tools if t.name in first), key=lambda t: first[t.name])
+
+
+def procedure(rules: Sequence[str], toolbox: ToolBox) -> tuple[list[ToolSpec], str] | None:
+    """The rule naming the most tools (two at least; the latest on a tie), as (tools, goal clause)."""
+    best: tuple[list[ToolSpec], str] | None = None
+    for rule in rules:
+        tools = named_tools(rule, toolbox)
+        if len(tools) >= 2 and (best is None or len(tools) >= len(best[0])):
+            goal = _GOAL.match(rule)
+            best = (tools, goal.group(0) if goal else "")
+    return best
+
+
+# -- rules that associate names with values ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    members: tuple[str, ...]
+    value: str
+
+
+def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
+    """"Florent, Emma like their coffee black and Perez, Lewis like their coffee white": each known
+    value closes a group of the names (capitalized words or other known values) since the last one."""
+    found = []
+    for rule in rules:
+        members: list[str] = []
+        sentence_start = True
+        for match in _TOKEN.finditer(rule):
+            token = match.group(0).strip("'")
+            if token in names:
+                if members and all(names.get(m) != names[token] for m in members):
+                    found.append(Group(tuple(members), token))
+                    members = []
+                    sentence_start = False
+                    continue
+                members.append(token)
+            elif token[0].isupper() and not sentence_start and token.lower() not in _STOP:
+                members.append(token)
+            sentence_start = rule[match.end():match.end() + 2].startswith((".", "!", "?"))
+    return found
+
+
+# -- the calls a request needs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    tool: ToolSpec
+    value: str | None = None
+
+
+def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any]) -> list[Step] | None:
+    found = procedure(rules, toolbox)
+    if found is None:
+        return None
+    tools, goal = found
+    _, take, put = roles(toolbox)
+    if take is not None and put is not None:
+        return None  # pick-and-place with named places: goals.py owns it
+    names = vocabulary(attributes)
+    removed = {m.group(1) for m in _REMOVED.finditer(request)}
+    wanted = [v for v in mentioned(request, names) if v not in removed]
+    request_words = {norm(w) for w in _TOKEN.findall(request)} - _STOP
+    goal_words = {norm(w) for w in _TOKEN.findall(goal)} - _STOP - {"to"}
+    if not wanted and not (request_words & goal_words):
+        pass  # only when associations give something (below)
+    known = groups(rules, names)
+    attrs_wanted = {names[v] for v in wanted}
+    # Values the request leaves out, from the names it mentions ("Perez" -> white).
+    words = set(_TOKEN.findall(request))
+    for attribute in {names[g.value] for g in known} - attrs_wanted:
+        values = {g.value for g in known if names[g.value] == attribute and words & set(g.members)}
+        if len(values) == 1:
+            wanted.append(values.pop())
+    # Objects the request only describes by a value ("all clothes ... detergent_TIDE").
+    if wanted and all(names[v] == names[wanted[0]] for v in wanted):
+        members = [m for g in known if g.value in wanted for m in g.members if m in names]
+        wanted = [*members, *wanted]
+    if not wanted and not (request_words & goal_words):
+        return None
+    valued = [t for t in tools if t.params]
+    if valued:  # one unit per value asked for: "a milky coffee and a milky coffee"
+        units = [v for v in wanted] or [None]
+        return [Step(t, value if t.params else None) for value in units for t in tools]
+    drop = next((t for t in tools if not t.params and _PUT.search(t.name.replace("_", " ") + " " + t.description)),
+                None)
+    if drop is None or take is None:
+        return [Step(t) for t in tools]
+    if not wanted:
+        return None  # what to load is unknown: the model decides
+    last = {m["what"].lower() for rule in rules for m in _LAST.finditer(rule)}
+    objects = sorted(dict.fromkeys(wanted), key=lambda o: any(w in o.lower() for w in last))
+    steps: list[Step] = []
+    for tool in tools:
+        if tool is drop:
+            for thing in objects:
+                steps += [Step(take, thing), Step(drop)]
+        else:
+            steps.append(Step(tool))
+    return steps
+
+
+def next_step(steps: Sequence[Step], done_calls: Sequence[Mapping[str, Any]]) -> Step | None:
+    """The first step not yet matched by a successful call (calls match steps as a multiset)."""
+    done = Counter((c["name"], next(iter((c.get("arguments") or {}).values()), None)) for c in done_calls)
+    for step in steps:
+        key = (step.tool.name, step.value)
+        if done[key] > 0:
+            done[key] -= 1
+        else:
+            return step
+    return None
+
+
+_RUNNING = re.compile(r"^\s*RUNNING\s+(?P<name>[\w\-]+)\((?P<args>.*)\)\s*$", re.I)
+
+
+def suspended(status: str) -> tuple[str, str | None] | None:
+    match = _RUNNING.match(status or "")
+    if match is None:
+        return None
+    args = match["args"].strip()
+    value = args.split("=", 1)[1].strip() if "=" in args else None
+    return match["name"], value
+
+
+class ProceduresSkill:
+    """Requests a rule's procedure serves (make_coffee, laundry): every call from the plan, no model."""
+
+    name = "procedures"
+
+    def observe(self, situation, state, notes) -> None:
+        return None  # progress is replayed from the calls that succeeded
+
+    def next(self, situation, state, notes):
+        from ..protocol import AgentDecision, ToolCall
+        robots = situation.toolbox.robots or ("robot",)
+        if len(robots) > 1 or state.failures_in_row >= 3:
+            return None
+        steps = plan(state.request, [*situation.memory.memory_list, *state.rules], situation.toolbox,
+                     situation.attributes)
+        if not steps:
+            return None
+        step = next_step(steps, state.done_calls)
+        if step is None:
+            from .magma import completion_message
+            return AgentDecision(say=completion_message(state))
+        arguments = {step.tool.params[0].name: step.value} if step.value is not None and step.tool.params else {}
+        return AgentDecision(tool_calls=[ToolCall(name=step.tool.name, arguments=arguments,
+                                                  target_robot_name=robots[0])])
+
+
+__all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "plan", "procedure",
+           "suspended"]
