@@ -1,0 +1,688 @@
+"""Procedures a rule spells out, run without the model: MAGMA-BENCH make_coffee-000/001/002 (put the
+mug, load the capsule, start the machine; coffees for people a rule associates with a taste; more
+coffees asked for while the first are made) and laundry-000/001/002 (take each cloth and drop it in
+the machine, the detergent last, then wash; clothes a rule associates with a detergent; a detergent
+replaced while the machine is loaded), replayed stage by stage against small worlds that answer like
+MAGMA's MakingCoffeeTool and LaunchTool (messages copied from them; tools, attributes and rules as
+the compiled episodes send them, in the episode's public names).
+
+Each stage has the budget MAGMA's stage class sets: MakeOneCoffeStage 4, LoadClotheStage 3, WashStage
+4. After a stage whose goal is met the next instruction comes at once when the stage was flagged
+answer_after_completion; otherwise MAGMA delays it: the agent's next call is held (robot_statuses says
+"RUNNING pick(name=boxer_briefs)") while the user speaks, and an empty decision resumes it. The model
+must not be needed except where a test says so: a backend that fails if asked stands at the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pytest
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.magma import MagmaPolicy
+from lava.policies.procedures import Group, Step, groups, keywords, named_tools, next_step, plan, procedure, suspended
+from lava.policies.task_state import vocabulary
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+from lava.tools import ToolBox
+
+CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
+          "arguments": {}}
+
+
+def tool(name: str, description: str, /, **params: str) -> dict:
+    return {"name": name, "description": description,
+            "arguments": {p: {"description": d, "type": "str"} for p, d in params.items()}}
+
+
+class World(Protocol):
+    tools: list[dict]
+    attributes: dict[str, Any]
+    calls: list[str]
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]: ...
+
+
+def canonical(tools: list[dict], reference: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
+    """The names in `tools` -> those of `reference`, tool by tool and parameter by parameter."""
+    names = {t["name"]: c["name"] for t, c in zip(tools, reference, strict=True)}
+    params = {p: q for t, c in zip(tools, reference, strict=True)
+              for p, q in zip(t["arguments"], c["arguments"], strict=True)}
+    return names, params
+
+
+# -- make_coffee: a mug, three pods, a machine (make_coffee_cfg.yaml names, MakingCoffeeTool messages) --
+
+# Canonical order: press_button, load_capsule, place_mug, people_from_team, team_from_people.
+COFFEE_TOOLS = [CANCEL,
+                tool("start_coffee_cycle", "Press the start button on the coffee maker to launch the brewing cycle."),
+                tool("insert_capsule", "Insert the requested coffee capsule flavor into the coffee maker.",
+                     name="Flavor or identifier of the coffee capsule to insert."),
+                tool("position_mug_in_machine",
+                     "Place the mug in the coffee maker under the outlet so coffee can be poured into it."),
+                tool("get_team_members", "Look up the registered members of a known team in the coffee scenario "
+                     "registry.", team="Name of the team whose registered members should be returned."),
+                tool("get_person_team", "Look up which registered team a person belongs to in the coffee scenario "
+                     "registry.", person="Name of the person whose registered team should be returned.")]
+# Other names and descriptions make_coffee_cfg.yaml lets MAGMA-GEN give the same tools.
+RENAMED_COFFEE_TOOLS = [CANCEL,
+                        tool("press_coffee_start_button",
+                             "Start the coffee machine cycle by pressing its brew button."),
+                        tool("put_capsule_in_machine",
+                             "Place the selected capsule inside the coffee maker before starting the cycle.",
+                             capsule_name="Requested capsule flavor for the drink."),
+                        tool("place_mug_under_spout",
+                             "Position a mug in the machine where the brewed coffee will be dispensed."),
+                        tool("find_people_from_team", "Retrieve the list of registered team members for a known team.",
+                             group_name="Name of the group for which members must be retrieved."),
+                        tool("find_registered_team", "Return the team recorded for a given person in the registry.",
+                             person="Name of the person whose registered team should be returned.")]
+COFFEE_ATTRIBUTES = {"coffee_pod": ["black", "milky", "white"], "known_robots": ["panda"]}
+COFFEE_RULE = "To prepare a coffee you must put the mug, place a capsule, then start the machine."  # skeletons 000, 001
+COFFEE_RULES_002 = ["To prepare a coffee, place the mug, load the appropriate capsule, then start the coffee maker.",
+                    "When asked to make coffee for a person whose preference is unknown, ask the user for that "
+                    "person's coffee preference."]
+TEAMS = {"RAP": ["Florent", "Emma", "Abdelbasset", "Jade"], "DISCO": ["Perez", "Lewis", "Philippe", "Merlin"]}
+
+
+class CoffeeMachine:
+    """Place the mug, load pods, press: each press serves a coffee (what was in the machine) and
+    readies the machine for the next one."""
+
+    def __init__(self, tools: list[dict] = COFFEE_TOOLS) -> None:
+        self.tools, self.attributes = tools, COFFEE_ATTRIBUTES
+        self.names, self.params = canonical(tools, COFFEE_TOOLS)
+        self.mug, self.pods = False, []
+        self.coffees: list[str | None] = []  # per press, the pod of a well made coffee, None for a failed one
+        self.calls: list[str] = []
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        name = self.names.get(name, name)
+        a = {self.params.get(k, k): v for k, v in arguments.items()}
+        if name == "position_mug_in_machine":
+            self.mug = True
+            return True, "You have placed the mug."
+        if name == "insert_capsule":
+            pod = a.get("name")
+            if pod not in self.attributes["coffee_pod"]:
+                return False, f"No coffee_pod named {pod}. Use only known pods."
+            self.pods.append(pod)
+            return True, f"You have loaded a {pod} capsule."
+        if name == "start_coffee_cycle":
+            self.coffees.append(self.pods[0] if self.mug and len(self.pods) == 1 else None)
+            self.mug, self.pods = False, []
+            return True, "Coffee given to the user! The machine is ready for the next coffee."
+        if name == "get_team_members":
+            team = a.get("team")
+            if team not in TEAMS:
+                return False, f"team {team} doesn't exist"
+            return True, f"people in {team} : {TEAMS[team]}"
+        if name == "get_person_team":
+            person = a.get("person")
+            team = next((t for t, members in TEAMS.items() if person in members), None)
+            return True, f"{person} in team {team}"
+        return False, f"{name} is not a known tool."
+
+
+def served(*pods: str) -> Callable[[CoffeeMachine], bool]:
+    """MakeOneCoffeStage's goal, coffee after coffee: a press with the mug placed and exactly the
+    requested pod loaded; any other press fails the episode (verif_log_completion's -1)."""
+    def goal(w: CoffeeMachine) -> bool:
+        assert w.coffees == list(pods[:len(w.coffees)]), f"wrong coffee: {w.coffees} for {pods}: {w.calls}"
+        return len(w.coffees) >= len(pods)
+    return goal
+
+
+# -- laundry: clothes, detergents, a washing machine (laundry.yaml names, LaunchTool messages) --
+
+# Canonical order: take, drop, action_wash.
+LAUNDRY_TOOLS = [CANCEL,
+                 tool("pick", "Pick a clothe by its name.", name="Name of the object."),
+                 tool("drop_to_washing_machine", "Drop the held object into the washing_machine."),
+                 tool("wash", "Clean all clothes in the washing machine.")]
+RENAMED_LAUNDRY_TOOLS = [CANCEL,
+                         tool("grab", "Catch the specified clothe.", clothe="Reference of the clothe."),
+                         tool("put_into_washing_machine", "Put the item inside the washing machine."),
+                         tool("wash", "Remove dirt of items in the machine.")]
+CLOTHES = ["t_shirt", "linen_blouse", "blue_jeans", "chino_pants", "gym_shorts", "cotton_socks", "boxer_briefs",
+           "briefs", "baseball_cap"]
+DETERGENTS = ["detergent_TIDE", "detergent_ARIEL", "detergent_GAIN"]
+LAUNDRY_ATTRIBUTES = {"clothes": CLOTHES, "detergents": DETERGENTS, "known_robots": ["panda"]}
+LAUNDRY_RULES = ["To wash clothes, I need to put them inside the wash-machine, add detergents and then use 'wash'.",
+                 "Detergent must always be put last in the wash-machine",
+                 "Different detergents must not mixed in the same wash."]
+
+
+class WashingMachine:
+    """Take one thing at a time, drop it in the machine; wash cleans what is inside."""
+
+    def __init__(self, tools: list[dict] = LAUNDRY_TOOLS) -> None:
+        self.tools, self.attributes = tools, LAUNDRY_ATTRIBUTES
+        self.names, self.params = canonical(tools, LAUNDRY_TOOLS)
+        self.held: str | None = None
+        self.machine: list[str] = []
+        self.washes: list[tuple[list[str], list[str]]] = []  # (clothes, detergents) of each wash
+        self.calls: list[str] = []
+
+    def clothes(self) -> list[str]:
+        return [o for o in self.machine if o not in DETERGENTS]
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        name = self.names.get(name, name)
+        a = {self.params.get(k, k): v for k, v in arguments.items()}
+        if name == "pick":
+            thing = a.get("name")
+            if thing not in CLOTHES + DETERGENTS:
+                return False, f"No object with name {thing}"
+            if self.held == thing:
+                return False, f"The object {thing} is already in the gripper."
+            if self.held is not None or thing in self.machine:
+                return False, f"You failed to take the object {thing}. You can retry."
+            self.held = thing
+            return True, f"You have {thing} in your gripper."
+        if name == "drop_to_washing_machine":
+            if self.held is None:
+                return False, "No clothes in gripper."
+            self.machine.append(self.held)
+            dropped, self.held = self.held, None
+            return True, f"Successfully put {dropped} in the wash machine"
+        if name == "wash":
+            detergents = [o for o in self.machine if o in DETERGENTS]
+            if not detergents:
+                return False, "No detergent in machine."
+            if not self.clothes():
+                return False, "There is no clothes in the machine!"
+            self.washes.append((self.clothes(), detergents))
+            return True, f"You have washed {','.join(self.clothes())}"
+        return False, f"{name} is not a known tool."
+
+
+def loaded(clothes: list[str], n: int) -> Callable[[WashingMachine], bool]:
+    """LoadClotheStage: n of the clothes in the machine (and nothing else but a detergent)."""
+    def goal(w: WashingMachine) -> bool:
+        assert set(w.clothes()) <= set(clothes), f"loaded {w.clothes()} for {clothes}: {w.calls}"
+        return len(w.clothes()) >= n
+    return goal
+
+
+def washed(clothes: list[str], detergent: str) -> Callable[[WashingMachine], bool]:
+    """WashStage: one wash of exactly the clothes with exactly the detergent, put in last."""
+    def goal(w: WashingMachine) -> bool:
+        if not w.washes:
+            return False
+        assert [(sorted(c), d) for c, d in w.washes] == [(sorted(clothes), [detergent])], (w.washes, w.calls)
+        assert w.machine[-1] == detergent, f"the detergent was not put last: {w.machine}"
+        return True
+    return goal
+
+
+# -- the episode runner --
+
+@dataclass(frozen=True)
+class Stage:
+    """What the user says (None: the stage goes on from the last tool result), when the stage's goal
+    is met and in how many tool calls, whether it ends with a text answer, and whether the next
+    instruction comes right after the goal (answer_after_completion) rather than while the agent's
+    next call is held. A stage without a goal (a rule, a question) wants words and no call."""
+
+    say: str | None
+    goal: Callable[[Any], bool] | None = None
+    budget: int = 0
+    answer: bool = False
+    direct: bool = False
+
+    @property
+    def acts(self) -> bool:
+        return self.goal is not None
+
+
+def feedback(call: dict, ok: bool, message: str) -> dict:
+    robot = call["target_robot_name"]
+    return {"type": "env", "content": json.dumps({
+        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
+        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+
+def running(call: dict) -> str:
+    return f"RUNNING {call['name']}({', '.join(f'{k}={v}' for k, v in call['arguments'].items())})"
+
+
+Model = Callable[[GenerationRequest], list[str]]
+
+
+def no_model(req: GenerationRequest) -> list[str]:
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-300:]}")
+
+
+def episode(world: World, stages: list[Stage], rules: list[str], model: Model = no_model
+            ) -> tuple[list[str], list[tuple[int, GenerationRequest]]]:
+    """Play the stages in order, failing on any broken expectation; returns what was said in words
+    and each model request with the number of the stage that made it."""
+    asked: list[tuple[int, GenerationRequest]] = []
+    number = 0
+
+    def backend(req: GenerationRequest) -> list[str]:
+        asked.append((number, req))
+        return model(req)
+
+    eng = Engine(MagmaPolicy(FunctionBackend(backend), Settings(backend="scripted")))
+    memory: dict = {"memory_list": list(rules), "history": []}
+    status, held, said = "FREE", None, []
+
+    def decide(instruction: dict) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
+                           attributes={**world.attributes, "robot_statuses": {"panda": status}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", (f"stage {number} (model asked: {[r.component for _, r in asked]}): "
+                                              f"{out.get('error') or out}")
+        memory = out["memory"]
+        return out["output"]
+
+    result: dict | None = None  # the feedback of the last tool call
+    for number, stage in enumerate(stages):
+        instruction = {"type": "user", "content": stage.say} if stage.say else result
+        assert instruction is not None, f"stage {number} has nothing to go on"
+        calls = 0
+        while stage.acts and not stage.goal(world):
+            decision = decide(instruction)
+            if decision["tool_calls"]:
+                (call,) = decision["tool_calls"]
+                if held is not None:
+                    assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
+                    ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
+                else:
+                    ok, message = world.run(call["name"], call["arguments"])
+            else:
+                assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
+                assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
+                call, held, status = held, None, "FREE"  # the held call goes on
+                ok, message = world.run(call["name"], call["arguments"])
+            calls += 1
+            assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
+            instruction = result = feedback(call, ok, message)
+        following = stages[number + 1] if number + 1 < len(stages) else None
+        if not stage.acts or stage.answer:
+            decision = decide(instruction)
+            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
+            said.append(decision["say"])
+        elif following is not None and following.say and following.acts and not stage.direct:
+            # Delayed input: the agent's next decision starts while the user speaks; a call is held.
+            decision = decide(instruction)
+            assert not decision["say"], f"stage {number}: words while the next stage waits: {decision}"
+            (held,) = decision["tool_calls"]
+            status = running(held)
+    assert held is None, f"{held} was never resumed"
+    return said, asked
+
+
+def acknowledged(said: str, rule: str) -> bool:
+    return rule in said or "understood" in said.lower() or "noted" in said.lower()
+
+
+# -- make_coffee episodes --
+
+MC000 = ["To prepare a coffee you must have placed the mug and loaded the capsule before pressing the start button.",
+         "There is no black coffee anymore."]
+MC001_RULE = ("Hello, please remember that Florent, Emma, Abdelbasset, Jade like their coffee black and Perez, Lewis "
+              "like their coffee white and Philippe, Merlin like their coffee milky.")
+
+
+def test_make_coffee_000_refuses_the_missing_pod_then_makes_the_other_one() -> None:
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage(MC000[0]),
+        Stage(MC000[1]),
+        Stage("Hello! Can you make me a black coffee please"),  # RefuseCoffee: words, no call
+        Stage("Oh, okay let's do a milky instead", served("milky"), budget=4, direct=True),
+    ], [COFFEE_RULE])
+    assert acknowledged(said[0], MC000[0]) and acknowledged(said[1], MC000[1])
+    assert "black" not in world.calls[0] and world.coffees == ["milky"]
+    assert world.calls == ["position_mug_in_machine()", "insert_capsule(milky)", "start_coffee_cycle()"]
+    assert not asked
+
+
+@pytest.mark.parametrize("tools", [pytest.param(COFFEE_TOOLS, id="bench-names"),
+                                   pytest.param(RENAMED_COFFEE_TOOLS, id="magma-gen-names")])
+def test_make_coffee_001_each_person_gets_the_taste_the_rule_gives_them(tools: list[dict]) -> None:
+    def model(req: GenerationRequest) -> list[str]:
+        return ['{"say": "Perez, Lewis, Philippe and Merlin are in team DISCO."}'] * req.n
+
+    world = CoffeeMachine(tools)
+    said, asked = episode(world, [
+        Stage(MC001_RULE),
+        Stage("Who is in team DISCO?"),  # AskPeopleInTeamStage: the model answers
+        Stage("Perez: Can you make me a coffee?", served("white"), budget=4, direct=True),
+        Stage("Lewis: Can you make me a coffee?", served("white", "white"), budget=4, direct=True),
+        Stage("Hello, make me a coffee for Philippe", served("white", "white", "milky"), budget=4, direct=True),
+        Stage("Hello, make me a coffee for Merlin", served("white", "white", "milky", "milky"), budget=4,
+              direct=True),
+    ], [COFFEE_RULE], model)
+    assert acknowledged(said[0], MC001_RULE) and "DISCO" in said[1]
+    assert world.coffees == ["white", "white", "milky", "milky"]
+    assert len(world.calls) == 12  # three calls a coffee, nothing else
+    assert {n for n, _ in asked} == {1}  # only the question went to the model
+
+
+def test_make_coffee_002_coffees_asked_for_while_the_first_are_made_follow_them_in_order() -> None:
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Please make these coffees in this exact order: a milky coffee and a milky coffee.",
+              served("milky"), budget=4),
+        Stage("When you have finished the coffees already requested, please also make a white coffee and a milky "
+              "coffee.", served("milky", "milky"), budget=4),
+        Stage(None, served("milky", "milky", "white"), budget=4),
+        Stage(None, served("milky", "milky", "white", "milky"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+    ], COFFEE_RULES_002)
+    assert world.coffees == ["milky", "milky", "white", "milky"]
+    assert len(world.calls) == 12 and world.calls[-1] == "start_coffee_cycle()"
+    assert said[0].startswith("Done")
+    assert not asked
+
+
+def test_the_runner_fails_a_coffee_stage_that_goes_over_its_budget() -> None:
+    with pytest.raises(AssertionError, match="over its budget of 2"):
+        episode(CoffeeMachine(), [Stage("Oh, okay let's do a milky instead", served("milky"), budget=2)],
+                [COFFEE_RULE])
+
+
+def test_the_runner_fails_a_wrong_coffee() -> None:
+    # The goal fails the episode on a press without the mug: the worlds can catch a wrong procedure.
+    world = CoffeeMachine()
+    world.run("insert_capsule", {"name": "milky"})
+    world.run("start_coffee_cycle", {})
+    with pytest.raises(AssertionError, match="wrong coffee"):
+        served("milky")(world)
+
+
+# -- laundry episodes (the public names the benchmark sends: boxer_briefs, detergent_ARIEL, ...) --
+
+LD000_RULE = ("gym_shorts uses detergent_ARIEL, briefs uses detergent_GAIN, blue_jeans uses detergent_TIDE, "
+              "boxer_briefs uses detergent_ARIEL, linen_blouse uses detergent_TIDE, cotton_socks uses detergent_GAIN")
+LD001_RULE = ("blue_jeans uses detergent_GAIN detergent,linen_blouse uses detergent_GAIN detergent,cotton_socks uses "
+              "detergent_TIDE detergent,boxer_briefs uses detergent_ARIEL detergent,baseball_cap uses detergent_ARIEL "
+              "detergent,chino_pants uses detergent_GAIN detergent")
+LD002_RULE = ("Hello, please remember that chino_pants, gym_shorts, and linen_blouse use detergent_ARIEL, boxer_briefs "
+              "and cotton_socks use detergent_GAIN.")
+
+
+def test_laundry_000_washes_the_clothes_a_rule_gives_the_requested_detergent() -> None:
+    clothes = ["blue_jeans", "linen_blouse"]
+    world = WashingMachine()
+    said, asked = episode(world, [
+        Stage(LD000_RULE),
+        Stage("Wash all clothes that can be washed with detergent_TIDE", loaded(clothes, 1), budget=3),
+        Stage(None, loaded(clothes, 2), budget=3),
+        Stage(None, washed(clothes, "detergent_TIDE"), budget=4, direct=True),
+    ], LAUNDRY_RULES)
+    assert acknowledged(said[0], LD000_RULE)
+    assert world.calls == ["pick(blue_jeans)", "drop_to_washing_machine()", "pick(linen_blouse)",
+                           "drop_to_washing_machine()", "pick(detergent_TIDE)", "drop_to_washing_machine()", "wash()"]
+    assert not asked
+
+
+@pytest.mark.parametrize("tools", [pytest.param(LAUNDRY_TOOLS, id="bench-names"),
+                                   pytest.param(RENAMED_LAUNDRY_TOOLS, id="magma-gen-names")])
+def test_laundry_001_the_requested_clothes_go_with_the_detergent_the_rule_gives_them(tools: list[dict]) -> None:
+    clothes = ["boxer_briefs", "baseball_cap"]
+    world = WashingMachine(tools)
+    said, asked = episode(world, [
+        Stage(LD001_RULE),
+        Stage("Please wash the following clothes: boxer_briefs, baseball_cap", loaded(clothes, 1), budget=3),
+        Stage(None, loaded(clothes, 2), budget=3),
+        Stage(None, washed(clothes, "detergent_ARIEL"), budget=4, direct=True),
+    ], LAUNDRY_RULES)
+    assert acknowledged(said[0], LD001_RULE)
+    assert world.machine == ["boxer_briefs", "baseball_cap", "detergent_ARIEL"] and world.held is None
+    assert len(world.calls) == 7
+    assert not asked
+
+
+@pytest.mark.parametrize("tools", [pytest.param(LAUNDRY_TOOLS, id="bench-names"),
+                                   pytest.param(RENAMED_LAUNDRY_TOOLS, id="magma-gen-names")])
+def test_laundry_002_a_detergent_replaced_while_loading_is_the_one_put_in(tools: list[dict]) -> None:
+    clothes = ["baseball_cap", "boxer_briefs"]
+    world = WashingMachine(tools)
+    said, asked = episode(world, [
+        Stage("Please wash baseball_cap and boxer_briefs with detergent_GAIN.", loaded(clothes, 1), budget=3),
+        # Said while the next pick is held: an empty decision resumes it.
+        Stage("I made a mistake: use detergent_ARIEL instead of detergent_GAIN for this wash.", loaded(clothes, 2),
+              budget=3),
+        Stage(None, washed(clothes, "detergent_ARIEL"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+        Stage(LD002_RULE),
+    ], LAUNDRY_RULES)
+    assert world.machine == ["baseball_cap", "boxer_briefs", "detergent_ARIEL"]
+    assert "detergent_GAIN" not in " ".join(world.calls)
+    assert said[0].startswith("Done") and acknowledged(said[1], LD002_RULE)
+    assert not asked
+
+
+# -- pure readers, on the rules as the benchmark words them --
+
+def coffee_box(tools: list[dict] = COFFEE_TOOLS) -> ToolBox:
+    return ToolBox.from_input(tools, COFFEE_ATTRIBUTES)
+
+
+def laundry_box(tools: list[dict] = LAUNDRY_TOOLS) -> ToolBox:
+    return ToolBox.from_input(tools, LAUNDRY_ATTRIBUTES)
+
+
+def names(steps: list[Step] | None) -> list[str] | None:
+    return None if steps is None else [f"{s.tool.name}({s.value or ''})" for s in steps]
+
+
+def coffee(pod: str, mug: str = "position_mug_in_machine", capsule: str = "insert_capsule",
+           start: str = "start_coffee_cycle") -> list[str]:
+    return [f"{mug}()", f"{capsule}({pod})", f"{start}()"]
+
+
+def test_the_procedure_is_the_rule_naming_the_most_tools_in_the_order_it_names_them() -> None:
+    for rules, goal in [([COFFEE_RULE], "To prepare a coffee you must"), (COFFEE_RULES_002, "To prepare a coffee,")]:
+        found = procedure(rules, coffee_box())
+        assert found is not None
+        assert [t.name for t in found[0]] == ["position_mug_in_machine", "insert_capsule", "start_coffee_cycle"]
+        assert found[1] == goal
+    found = procedure(LAUNDRY_RULES, laundry_box())
+    assert found is not None and [t.name for t in found[0]] == ["drop_to_washing_machine", "wash"]
+    assert procedure([MC001_RULE, "There is no black coffee anymore."], coffee_box()) is None
+    assert procedure(LAUNDRY_RULES[1:], laundry_box()) is None  # one tool named: not a procedure
+
+
+def test_named_tools_skip_the_goal_clause_and_read_quoted_names() -> None:
+    box = laundry_box()
+    # "To wash clothes" is the goal, not the wash step; 'wash' is.
+    assert [t.name for t in named_tools(LAUNDRY_RULES[0], box)] == ["drop_to_washing_machine", "wash"]
+    assert [t.name for t in named_tools("Use 'wash' once the drop_to_washing_machine step is done.", box)] == [
+        "wash", "drop_to_washing_machine"]
+    assert named_tools("Who is in team DISCO?", coffee_box()) == []
+
+
+def test_keywords_are_the_words_only_one_tool_name_has() -> None:
+    keys = keywords(coffee_box())
+    assert keys["position_mug_in_machine"] >= {"mug"} and "capsul" in keys["insert_capsule"]
+    assert not keys["get_team_members"] & keys["get_person_team"]  # "team" is shared: it names neither
+    assert "cancel_current_action" not in keys
+
+
+def test_groups_close_on_each_known_value() -> None:
+    coffee_names = vocabulary(COFFEE_ATTRIBUTES)
+    assert groups([MC001_RULE], coffee_names) == [Group(("Florent", "Emma", "Abdelbasset", "Jade"), "black"),
+                                                  Group(("Perez", "Lewis"), "white"),
+                                                  Group(("Philippe", "Merlin"), "milky")]
+    laundry_names = vocabulary(LAUNDRY_ATTRIBUTES)
+    assert groups([LD000_RULE], laundry_names)[:3] == [Group(("gym_shorts",), "detergent_ARIEL"),
+                                                       Group(("briefs",), "detergent_GAIN"),
+                                                       Group(("blue_jeans",), "detergent_TIDE")]
+    assert groups([LD002_RULE], laundry_names) == [
+        Group(("chino_pants", "gym_shorts", "linen_blouse"), "detergent_ARIEL"),
+        Group(("boxer_briefs", "cotton_socks"), "detergent_GAIN")]
+    assert groups(LAUNDRY_RULES, laundry_names) == []
+
+
+def test_a_coffee_plan_has_one_unit_per_coffee_asked_for() -> None:
+    box = coffee_box()
+    first = "Please make these coffees in this exact order: a milky coffee and a milky coffee."
+    assert names(plan(first, COFFEE_RULES_002, box, COFFEE_ATTRIBUTES)) == coffee("milky") * 2
+    more = ("When you have finished the coffees already requested, please also make a white coffee and a milky "
+            "coffee.")
+    assert names(plan(f"{first} {more}", COFFEE_RULES_002, box, COFFEE_ATTRIBUTES)) == [
+        *coffee("milky"), *coffee("milky"), *coffee("white"), *coffee("milky")]
+    assert names(plan("Oh, okay let's do a milky instead", [COFFEE_RULE], box, COFFEE_ATTRIBUTES)) == coffee("milky")
+
+
+def test_a_coffee_for_a_person_takes_the_taste_a_rule_gives_them() -> None:
+    box, rules = coffee_box(), [COFFEE_RULE, MC001_RULE]
+    assert names(plan("Perez: Can you make me a coffee?", rules, box, COFFEE_ATTRIBUTES)) == coffee("white")
+    assert names(plan("Hello, make me a coffee for Merlin", rules, box, COFFEE_ATTRIBUTES)) == coffee("milky")
+    assert names(plan("Jade wants a coffee.", rules, box, COFFEE_ATTRIBUTES)) == coffee("black")
+    assert plan("Who is in team DISCO?", rules, box, COFFEE_ATTRIBUTES) is None  # not a coffee: the model
+
+
+def test_a_laundry_plan_loads_each_cloth_then_the_detergent_then_washes() -> None:
+    box = laundry_box()
+    assert names(plan("Wash all clothes that can be washed with detergent_TIDE", [*LAUNDRY_RULES, LD000_RULE], box,
+                      LAUNDRY_ATTRIBUTES)) == [
+        "pick(blue_jeans)", "drop_to_washing_machine()", "pick(linen_blouse)", "drop_to_washing_machine()",
+        "pick(detergent_TIDE)", "drop_to_washing_machine()", "wash()"]
+    assert names(plan("Please wash the following clothes: boxer_briefs, baseball_cap", [*LAUNDRY_RULES, LD001_RULE],
+                      box, LAUNDRY_ATTRIBUTES))[-3:] == ["pick(detergent_ARIEL)", "drop_to_washing_machine()", "wash()"]
+    request = ("Please wash baseball_cap and boxer_briefs with detergent_GAIN. I made a mistake: use detergent_ARIEL "
+               "instead of detergent_GAIN for this wash.")
+    assert names(plan(request, LAUNDRY_RULES, box, LAUNDRY_ATTRIBUTES)) == [
+        "pick(baseball_cap)", "drop_to_washing_machine()", "pick(boxer_briefs)", "drop_to_washing_machine()",
+        "pick(detergent_ARIEL)", "drop_to_washing_machine()", "wash()"]
+    # The detergent named first still goes in last ("Detergent must always be put last").
+    assert names(plan("With detergent_GAIN, please wash briefs and cotton_socks.", LAUNDRY_RULES, box,
+                      LAUNDRY_ATTRIBUTES)) == [
+        "pick(briefs)", "drop_to_washing_machine()", "pick(cotton_socks)", "drop_to_washing_machine()",
+        "pick(detergent_GAIN)", "drop_to_washing_machine()", "wash()"]
+    # Nothing named and no rule to read it from: what to load is the model's to decide.
+    assert plan("Please do the laundry.", LAUNDRY_RULES, box, LAUNDRY_ATTRIBUTES) is None
+
+
+def test_the_next_step_is_the_first_one_no_successful_call_matched() -> None:
+    steps = plan("a milky coffee and a white coffee", [COFFEE_RULE], coffee_box(), COFFEE_ATTRIBUTES)
+    assert steps is not None
+    done = [{"name": "position_mug_in_machine", "arguments": {}}, {"name": "insert_capsule",
+                                                                  "arguments": {"name": "milky"}}]
+    step = next_step(steps, done)
+    assert step is not None and (step.tool.name, step.value) == ("start_coffee_cycle", None)
+    done += [{"name": "start_coffee_cycle", "arguments": {}}, {"name": "position_mug_in_machine", "arguments": {}}]
+    step = next_step(steps, done)
+    assert step is not None and (step.tool.name, step.value) == ("insert_capsule", "white")
+    # A white capsule loaded before the milky one does not count for the milky coffee.
+    step = next_step(steps, [{"name": "insert_capsule", "arguments": {"name": "white"}}])
+    assert step is not None and step.tool.name == "position_mug_in_machine"
+    assert next_step(steps, [*done, {"name": "insert_capsule", "arguments": {"name": "white"}},
+                             {"name": "start_coffee_cycle", "arguments": {}}]) is None
+
+
+def test_a_running_status_names_the_held_call() -> None:
+    assert suspended("RUNNING pick(name=boxer_briefs)") == ("pick", "boxer_briefs")
+    assert suspended("RUNNING position_mug_in_machine()") == ("position_mug_in_machine", None)
+    assert suspended("FREE") is None and suspended("") is None
+
+
+# -- MAGMA-GEN's other names: nothing is keyed on the benchmark's names --
+
+def test_renamed_tools_and_parameters_give_the_same_plans() -> None:
+    box = coffee_box(RENAMED_COFFEE_TOOLS)
+    renamed = {"mug": "place_mug_under_spout", "capsule": "put_capsule_in_machine",
+               "start": "press_coffee_start_button"}
+    assert names(plan("Perez: Can you make me a coffee?", [COFFEE_RULE, MC001_RULE], box, COFFEE_ATTRIBUTES)) == \
+        coffee("white", **renamed)
+    steps = plan("Perez: Can you make me a coffee?", [COFFEE_RULE, MC001_RULE], box, COFFEE_ATTRIBUTES)
+    assert steps is not None and steps[1].tool.params[0].name == "capsule_name"
+    box = laundry_box(RENAMED_LAUNDRY_TOOLS)
+    assert names(plan("Please wash the following clothes: boxer_briefs, baseball_cap", [*LAUNDRY_RULES, LD001_RULE],
+                      box, LAUNDRY_ATTRIBUTES)) == [
+        "grab(boxer_briefs)", "put_into_washing_machine()", "grab(baseball_cap)", "put_into_washing_machine()",
+        "grab(detergent_ARIEL)", "put_into_washing_machine()", "wash()"]
+
+
+def _coffee_tools(start: str, mug: str, capsule: str) -> list[dict]:
+    return [CANCEL, {**COFFEE_TOOLS[1], "name": start}, {**COFFEE_TOOLS[2], "name": capsule},
+            {**COFFEE_TOOLS[3], "name": mug}, *COFFEE_TOOLS[4:]]
+
+
+_PARTIAL = ("the rule's words match only two of the three MAGMA-GEN names and the skill runs the two it found: "
+            "a coffee without its press, mug or capsule")
+
+
+@pytest.mark.parametrize(("start", "mug", "capsule", "rule"), [
+    pytest.param("press_coffee_start_button", "place_coffee_mug", "put_capsule_in_machine", COFFEE_RULE, id="full"),
+    pytest.param("trigger_coffee_machine", "place_mug_under_spout", "insert_capsule", COFFEE_RULES_002[0],
+                 id="full-002"),
+    pytest.param("launch_brewing_cycle", "position_mug_in_machine", "insert_capsule", COFFEE_RULE, id="no-press",
+                 marks=pytest.mark.xfail(strict=True, reason=_PARTIAL)),
+    pytest.param("start_coffee_cycle", "put_cup_in_coffee_maker", "insert_capsule", COFFEE_RULE, id="no-mug",
+                 marks=pytest.mark.xfail(strict=True, reason=_PARTIAL)),
+    pytest.param("trigger_coffee_machine", "place_coffee_mug", "put_capsule_in_machine", COFFEE_RULE,
+                 id="no-trigger", marks=pytest.mark.xfail(strict=True, reason=_PARTIAL)),
+])
+def test_a_coffee_plan_under_magma_gen_names_never_leaves_a_step_out(start: str, mug: str, capsule: str,
+                                                                      rule: str) -> None:
+    # Either the whole procedure, in any order MAGMA accepts (the press last), or none: the model plans.
+    steps = plan("Oh, okay let's do a milky instead", [rule], coffee_box(_coffee_tools(start, mug, capsule)),
+                 COFFEE_ATTRIBUTES)
+    if steps is not None:
+        assert sorted(names(steps) or []) == sorted(coffee("milky", mug, capsule, start)), names(steps)
+        assert steps[-1].tool.name == start
+
+
+@pytest.mark.xfail(strict=True, reason="MAGMA-GEN renames action_wash but the rule still says 'wash' (tool names in "
+                                       "rules are not translated): the procedure is lost and the model must plan")
+def test_a_laundry_procedure_survives_the_wash_tool_being_renamed() -> None:
+    tools = [*LAUNDRY_TOOLS[:3], tool("start_cycle", "Start the washing machine.")]
+    steps = plan("Please wash the following clothes: boxer_briefs, baseball_cap", [*LAUNDRY_RULES, LD001_RULE],
+                 laundry_box(tools), LAUNDRY_ATTRIBUTES)
+    assert names(steps) == ["pick(boxer_briefs)", "drop_to_washing_machine()", "pick(baseball_cap)",
+                            "drop_to_washing_machine()", "pick(detergent_ARIEL)", "drop_to_washing_machine()",
+                            "start_cycle()"]
+
+
+# -- the compiler: stage instructions in the episode's public names --
+
+def test_compiled_stage_presentations_use_the_public_names() -> None:
+    from pydantic import BaseModel
+
+    from lava.evaluation.local_benchmark import _public_presentation
+
+    class Spec(BaseModel):  # the shape of magma_bench's serialized task stage
+        stage_type: str
+        arguments: dict[str, Any]
+        presentation: dict[str, Any]
+
+    public = {"short": "gym_shorts", "boxer": "boxer_briefs", "detergent_PERSIL": "detergent_ARIEL"}
+
+    def translate(text: str) -> str:
+        return " ".join(public.get(w, w) for w in text.split(" "))
+
+    stage = Spec(stage_type="laundry_stages:LoadClotheStage",
+                 arguments={"clothes_to_load": ["boxer", "short"], "n": 1},
+                 presentation={"stage_input": {"instruction": {"type": "UserInstruction", "arguments": {
+                     "content": "Please wash boxer with detergent_PERSIL", "timestamp": 0}}},
+                     "verification_prompt": "boxer and short are clean", "stage_goal_description": None})
+    out = _public_presentation(stage, translate)
+    assert isinstance(out, Spec)
+    assert out.presentation["stage_input"]["instruction"]["arguments"]["content"] == \
+        "Please wash boxer_briefs with detergent_ARIEL"
+    assert out.presentation["verification_prompt"] == "boxer_briefs and gym_shorts are clean"
+    assert out.arguments == {"clothes_to_load": ["boxer", "short"], "n": 1}  # goals stay canonical
+    assert stage.presentation["stage_input"]["instruction"]["arguments"]["content"].startswith("Please wash boxer ")
+    empty = Spec(stage_type="EmptyInstructionStage", arguments={},
+                 presentation={"stage_input": {"instruction": {"type": "EmptyInstruction", "arguments": {}}}})
+    assert _public_presentation(empty, translate) == empty
