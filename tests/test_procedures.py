@@ -618,20 +618,14 @@ def _coffee_tools(start: str, mug: str, capsule: str) -> list[dict]:
             {**COFFEE_TOOLS[3], "name": mug}, *COFFEE_TOOLS[4:]]
 
 
-_PARTIAL = ("the rule's words match only two of the three MAGMA-GEN names and the skill runs the two it found: "
-            "a coffee without its press, mug or capsule")
-
-
 @pytest.mark.parametrize(("start", "mug", "capsule", "rule"), [
     pytest.param("press_coffee_start_button", "place_coffee_mug", "put_capsule_in_machine", COFFEE_RULE, id="full"),
     pytest.param("trigger_coffee_machine", "place_mug_under_spout", "insert_capsule", COFFEE_RULES_002[0],
                  id="full-002"),
-    pytest.param("launch_brewing_cycle", "position_mug_in_machine", "insert_capsule", COFFEE_RULE, id="no-press",
-                 marks=pytest.mark.xfail(strict=True, reason=_PARTIAL)),
-    pytest.param("start_coffee_cycle", "put_cup_in_coffee_maker", "insert_capsule", COFFEE_RULE, id="no-mug",
-                 marks=pytest.mark.xfail(strict=True, reason=_PARTIAL)),
+    pytest.param("launch_brewing_cycle", "position_mug_in_machine", "insert_capsule", COFFEE_RULE, id="no-press"),
+    pytest.param("start_coffee_cycle", "put_cup_in_coffee_maker", "insert_capsule", COFFEE_RULE, id="no-mug"),
     pytest.param("trigger_coffee_machine", "place_coffee_mug", "put_capsule_in_machine", COFFEE_RULE,
-                 id="no-trigger", marks=pytest.mark.xfail(strict=True, reason=_PARTIAL)),
+                 id="no-trigger"),
 ])
 def test_a_coffee_plan_under_magma_gen_names_never_leaves_a_step_out(start: str, mug: str, capsule: str,
                                                                       rule: str) -> None:

@@ -141,9 +141,14 @@ def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mappi
     if found is None:
         return None
     tools, goal = found
-    _, take, put = roles(toolbox)
+    observe, take, put = roles(toolbox)
     if take is not None and put is not None:
         return None  # pick-and-place with named places: goals.py owns it
+    if any(t.name != CANCEL_TOOL and not t.params and t not in tools and t is not observe for t in toolbox.tools):
+        # A bare action the rule's words did not reach (a renamed launch_brewing_cycle for "start the
+        # machine"): a plan without it would stop short, so the model plans instead. Tools with
+        # parameters outside the rule are lookups (get_person_team), not steps.
+        return None
     names = vocabulary(attributes)
     removed = {m.group(1) for m in _REMOVED.finditer(request)}
     wanted = [v for v in mentioned(request, names) if v not in removed]
