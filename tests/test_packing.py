@@ -11,43 +11,17 @@ the seam.
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 import pytest
 
-from conftest import user_input
-from lava.backends.base import GenerationRequest
-from lava.backends.scripted import FunctionBackend
-from lava.engine import Engine
+import episodes
+from episodes import CANCEL, Stage, World, tool
 from lava.policies.demos import finisher
 from lava.policies.goals import read_recipe
-from lava.policies.magma import MagmaPolicy
 from lava.policies.orders import read_orders
-from lava.protocol import AgentRequest
-from lava.settings import Settings
 from lava.tools import ToolBox
-
-CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
-          "arguments": {}}
-
-
-def tool(name: str, description: str, /, **params: str) -> dict:
-    return {"name": name, "description": description,
-            "arguments": {p: {"description": d, "type": "str"} for p, d in params.items()}}
-
-
-class World(Protocol):
-    tools: list[dict]
-    attributes: dict[str, Any]
-    calls: list[str]
-
-    def run(self, name: str, arguments: dict) -> tuple[bool, str]: ...
-
 
 # -- packaging: food on the table, a tray, valid_plate (packaging.yaml names, packaging_tools messages) --
 
@@ -245,91 +219,12 @@ class PackageWorld:
         return {order: dict(products) for _, order, products in self.marks}
 
 
-# -- the episode runner shared by both --
-
-@dataclass(frozen=True)
-class Stage:
-    """What the user says (None: the stage goes on from the last tool result), when the stage's goal
-    is met and in how many tool calls, and whether it ends with a text answer. A stage without a goal
-    (a rule to acknowledge) wants words and no call."""
-
-    say: str | None
-    goal: Callable[[Any], bool] | None = None
-    budget: int = 0
-    answer: bool = False
-
-    @property
-    def acts(self) -> bool:
-        return self.goal is not None
-
-
-def feedback(call: dict, ok: bool, message: str) -> dict:
-    robot = call["target_robot_name"]
-    return {"type": "env", "content": json.dumps({
-        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
-        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
-
-
-def running(call: dict) -> str:
-    return f"RUNNING {call['name']}({', '.join(f'{k}={v}' for k, v in call['arguments'].items())})"
-
+# -- the episode runner (episodes.py), here without the model --
 
 def episode(world: World, stages: list[Stage], rules: list[str]) -> list[str]:
     """Play the stages in order, failing on any broken expectation; returns what was said in words."""
-    asked: list[str] = []
-
-    def no_model(req: GenerationRequest):
-        asked.append(req.component)
-        raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-300:]}")
-
-    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
-    memory: dict = {"memory_list": rules, "history": []}
-    status, held, said = "FREE", None, []
-
-    def decide(instruction: dict) -> dict:
-        nonlocal memory
-        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
-                           attributes={**world.attributes, "robot_statuses": {"panda": status}})
-        entry["instruction"] = instruction
-        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-        assert out["status"] == "completed", out
-        memory = out["memory"]
-        return out["output"]
-
-    result: dict | None = None  # the feedback of the last tool call
-    for number, stage in enumerate(stages):
-        instruction = {"type": "user", "content": stage.say} if stage.say else result
-        assert instruction is not None, f"stage {number} has nothing to go on"
-        calls = 0
-        while stage.acts and not stage.goal(world):
-            decision = decide(instruction)
-            if decision["tool_calls"]:
-                (call,) = decision["tool_calls"]
-                if held is not None:
-                    assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
-                    ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
-                else:
-                    ok, message = world.run(call["name"], call["arguments"])
-            else:
-                assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
-                assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
-                call, held, status = held, None, "FREE"  # the held call goes on
-                ok, message = world.run(call["name"], call["arguments"])
-            calls += 1
-            assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
-            instruction = result = feedback(call, ok, message)
-        following = stages[number + 1] if number + 1 < len(stages) else None
-        if not stage.acts or stage.answer:
-            decision = decide(instruction)
-            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
-            said.append(decision["say"])
-        elif following is not None and following.say and following.acts:
-            # Delayed input: the next call starts and is held while the user speaks.
-            decision = decide(instruction)
-            (held,) = decision["tool_calls"]
-            status = running(held)
-    assert held is None, f"{held} was never resumed"
-    assert not asked
+    said, asked = episodes.episode(world, stages, rules)
+    assert not asked  # every request is solved from the task state
     return said
 
 

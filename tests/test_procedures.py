@@ -15,40 +15,17 @@ must not be needed except where a test says so: a backend that fails if asked st
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
-from conftest import user_input
+import episodes
+from episodes import CANCEL, Asked, Model, Stage, World, acknowledged, no_model, one_call, tool
 from lava.backends.base import GenerationRequest
-from lava.backends.scripted import FunctionBackend
-from lava.engine import Engine
-from lava.policies.magma import MagmaPolicy
 from lava.policies.procedures import Group, Step, groups, keywords, named_tools, next_step, plan, procedure, suspended
 from lava.policies.task_state import vocabulary
-from lava.protocol import AgentRequest
-from lava.settings import Settings
 from lava.tools import ToolBox
-
-CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
-          "arguments": {}}
-
-
-def tool(name: str, description: str, /, **params: str) -> dict:
-    return {"name": name, "description": description,
-            "arguments": {p: {"description": d, "type": "str"} for p, d in params.items()}}
-
-
-class World(Protocol):
-    tools: list[dict]
-    attributes: dict[str, Any]
-    calls: list[str]
-
-    def run(self, name: str, arguments: dict) -> tuple[bool, str]: ...
 
 
 def canonical(tools: list[dict], reference: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
@@ -226,109 +203,18 @@ def washed(clothes: list[str], detergent: str) -> Callable[[WashingMachine], boo
     return goal
 
 
-# -- the episode runner --
+# -- the episode runner (episodes.py) --
 
-@dataclass(frozen=True)
-class Stage:
-    """What the user says (None: the stage goes on from the last tool result), when the stage's goal
-    is met and in how many tool calls, whether it ends with a text answer, and whether the next
-    instruction comes right after the goal (answer_after_completion) rather than while the agent's
-    next call is held. A stage without a goal (a rule, a question) wants words and no call."""
-
-    say: str | None
-    goal: Callable[[Any], bool] | None = None
-    budget: int = 0
-    answer: bool = False
-    direct: bool = False
-
-    @property
-    def acts(self) -> bool:
-        return self.goal is not None
-
-
-def feedback(call: dict, ok: bool, message: str) -> dict:
-    robot = call["target_robot_name"]
-    return {"type": "env", "content": json.dumps({
-        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
-        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
-
-
-def running(call: dict) -> str:
-    return f"RUNNING {call['name']}({', '.join(f'{k}={v}' for k, v in call['arguments'].items())})"
-
-
-Model = Callable[[GenerationRequest], list[str]]
-
-
-def no_model(req: GenerationRequest) -> list[str]:
-    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-300:]}")
+def held_silently(number: int, decision: dict) -> dict | None:
+    """A delayed decision starts one call and says nothing: words there would reach the user before
+    the stage they answer."""
+    assert not decision["say"], f"stage {number}: words while the next stage waits: {decision}"
+    return one_call(number, decision)
 
 
 def episode(world: World, stages: list[Stage], rules: list[str], model: Model = no_model
-            ) -> tuple[list[str], list[tuple[int, GenerationRequest]]]:
-    """Play the stages in order, failing on any broken expectation; returns what was said in words
-    and each model request with the number of the stage that made it."""
-    asked: list[tuple[int, GenerationRequest]] = []
-    number = 0
-
-    def backend(req: GenerationRequest) -> list[str]:
-        asked.append((number, req))
-        return model(req)
-
-    eng = Engine(MagmaPolicy(FunctionBackend(backend), Settings(backend="scripted")))
-    memory: dict = {"memory_list": list(rules), "history": []}
-    status, held, said = "FREE", None, []
-
-    def decide(instruction: dict) -> dict:
-        nonlocal memory
-        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
-                           attributes={**world.attributes, "robot_statuses": {"panda": status}})
-        entry["instruction"] = instruction
-        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-        assert out["status"] == "completed", (f"stage {number} (model asked: {[r.component for _, r in asked]}): "
-                                              f"{out.get('error') or out}")
-        memory = out["memory"]
-        return out["output"]
-
-    result: dict | None = None  # the feedback of the last tool call
-    for number, stage in enumerate(stages):
-        instruction = {"type": "user", "content": stage.say} if stage.say else result
-        assert instruction is not None, f"stage {number} has nothing to go on"
-        calls = 0
-        while stage.acts and not stage.goal(world):
-            decision = decide(instruction)
-            if decision["tool_calls"]:
-                (call,) = decision["tool_calls"]
-                if held is not None:
-                    assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
-                    ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
-                else:
-                    ok, message = world.run(call["name"], call["arguments"])
-            else:
-                assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
-                assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
-                call, held, status = held, None, "FREE"  # the held call goes on
-                ok, message = world.run(call["name"], call["arguments"])
-            calls += 1
-            assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
-            instruction = result = feedback(call, ok, message)
-        following = stages[number + 1] if number + 1 < len(stages) else None
-        if not stage.acts or stage.answer:
-            decision = decide(instruction)
-            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
-            said.append(decision["say"])
-        elif following is not None and following.say and following.acts and not stage.direct:
-            # Delayed input: the agent's next decision starts while the user speaks; a call is held.
-            decision = decide(instruction)
-            assert not decision["say"], f"stage {number}: words while the next stage waits: {decision}"
-            (held,) = decision["tool_calls"]
-            status = running(held)
-    assert held is None, f"{held} was never resumed"
-    return said, asked
-
-
-def acknowledged(said: str, rule: str) -> bool:
-    return rule in said or "understood" in said.lower() or "noted" in said.lower()
+            ) -> tuple[list[str], Asked]:
+    return episodes.episode(world, stages, rules, model, hold=held_silently)
 
 
 # -- make_coffee episodes --

@@ -1,0 +1,173 @@
+"""The episode runner the packing, tables-and-warehouse and procedures tests share: MagmaPolicy driven
+through a small world stage by stage, as MAGMA-BENCH plays a task.
+
+Each stage has a budget of tool calls. Between two action stages MAGMA delays the next request: the
+agent's next call is held (robot_statuses says "RUNNING take(name=fish)") while the user speaks, and
+an empty decision resumes it. Tool results come back in MAGMA's feedback format. The model sits behind
+a backend that records every request, and by default fails if asked at all.
+
+The worlds, their goals and what each episode must end with stay in the test modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.magma import MagmaPolicy
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+
+CANCEL = {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
+          "arguments": {}}
+
+
+def tool(name: str, description: str, /, **params: str) -> dict:
+    """A tool as MAGMA sends it: string parameters, each with its description."""
+    return {"name": name, "description": description,
+            "arguments": {p: {"description": d, "type": "str"} for p, d in params.items()}}
+
+
+class World(Protocol):
+    tools: list[dict]
+    attributes: dict[str, Any]
+    calls: list[str]
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]: ...
+
+
+@runtime_checkable
+class Resettable(Protocol):
+    """A world whose scene a stage can put back (MAGMA's reset_at_end)."""
+
+    def reset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What the user says (None: the stage goes on from the last tool result), when the stage's goal
+    is met and in how many tool calls, and whether it ends with a text answer. A stage without a goal
+    (a rule, a question) wants words and no call.
+
+    `direct` (MAGMA's answer_after_completion): the next instruction comes right after the goal rather
+    than while the agent's next call is held. `reset` (reset_at_end): the world's scene is put back
+    after the stage, so that a sorted object can be sorted again in the next cycle."""
+
+    say: str | None
+    goal: Callable[[Any], bool] | None = None
+    budget: int = 0
+    answer: bool = False
+    direct: bool = False
+    reset: bool = False
+
+    @property
+    def acts(self) -> bool:
+        return self.goal is not None
+
+
+def feedback(call: dict, ok: bool, message: str) -> dict:
+    """A tool result as MAGMA reports it to the agent."""
+    robot = call["target_robot_name"]
+    return {"type": "env", "content": json.dumps({
+        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
+        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+
+def running(call: dict) -> str:
+    """The robot status MAGMA shows while `call` is held."""
+    return f"RUNNING {call['name']}({', '.join(f'{k}={v}' for k, v in call['arguments'].items())})"
+
+
+Model = Callable[[GenerationRequest], list[str]]
+Asked = list[tuple[int, GenerationRequest]]  # each model request, with the number of the stage that made it
+# What the agent's decision, made while the user speaks after stage `number`, starts and MAGMA holds.
+Hold = Callable[[int, dict], dict | None]
+
+
+def no_model(req: GenerationRequest) -> list[str]:
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-300:]}")
+
+
+def one_call(number: int, decision: dict) -> dict | None:
+    """The strict reading: the decision starts exactly one call."""
+    (call,) = decision["tool_calls"]
+    return call
+
+
+def episode(world: World, stages: list[Stage], rules: list[str], model: Model = no_model,
+            hold: Hold = one_call) -> tuple[list[str], Asked]:
+    """Play the stages in order, failing on any broken expectation; returns what was said in words
+    and each model request (`asked`). The default model fails when asked, but the engine may recover
+    from a failing backend: a caller that wants no model at all checks that `asked` is empty."""
+    asked: Asked = []
+    number = 0
+
+    def backend(req: GenerationRequest) -> list[str]:
+        asked.append((number, req))
+        return model(req)
+
+    eng = Engine(MagmaPolicy(FunctionBackend(backend), Settings(backend="scripted")))
+    memory: dict = {"memory_list": list(rules), "history": []}
+    status, held, said = "FREE", None, []
+
+    def decide(instruction: dict) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
+                           attributes={**world.attributes, "robot_statuses": {"panda": status}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", (f"stage {number} (model asked: {[r.component for _, r in asked]}): "
+                                              f"{out.get('error') or out}")
+        memory = out["memory"]
+        return out["output"]
+
+    result: dict | None = None  # the feedback of the last tool call
+    for number, stage in enumerate(stages):
+        instruction = {"type": "user", "content": stage.say} if stage.say else result
+        assert instruction is not None, f"stage {number} has nothing to go on"
+        calls = 0
+        while stage.acts and not stage.goal(world):
+            decision = decide(instruction)
+            if decision["tool_calls"]:
+                (call,) = decision["tool_calls"]
+                if held is not None:
+                    # A held call can only be cancelled: the robot is busy with it.
+                    assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
+                    ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
+                else:
+                    ok, message = world.run(call["name"], call["arguments"])
+            else:
+                assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
+                assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
+                call, held, status = held, None, "FREE"  # the held call goes on
+                ok, message = world.run(call["name"], call["arguments"])
+            calls += 1
+            assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
+            instruction = result = feedback(call, ok, message)
+        following = stages[number + 1] if number + 1 < len(stages) else None
+        if not stage.acts or stage.answer:
+            decision = decide(instruction)
+            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
+            said.append(decision["say"])
+        elif following is not None and following.say and following.acts and not stage.direct:
+            # Delayed input: the agent's next decision starts while the user speaks; its call is held.
+            call = hold(number, decide(instruction))
+            if call is not None:
+                held, status = call, running(call)
+        if stage.reset:
+            assert isinstance(world, Resettable), f"stage {number} resets a world without a scene to reset"
+            world.reset()
+    assert held is None, f"{held} was never resumed"
+    return said, asked
+
+
+def acknowledged(said: str, rule: str) -> bool:
+    """Whether words take a rule in: the rule repeated, or an acknowledgement."""
+    return rule in said or "understood" in said.lower() or "noted" in said.lower()
