@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..tools import ToolSpec
 from .scene import where
 
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -47,6 +48,11 @@ _GONE = re.compile(r"\b(?:there (?:is|are) no|no more|out of|ran out of|run out 
 def words(text: str) -> set[str]:
     """Lower-case words, singular, without numbers: "Blue cubes" and blue_cube_2 share {blue, cube}."""
     return set(_words(text))
+
+
+def tool_words(tool: ToolSpec) -> set[str]:
+    """The words of a tool's name and description (take_box: {take, box, ...})."""
+    return words(f"{tool.name.replace('_', ' ')} {tool.description}")
 
 
 @functools.lru_cache(maxsize=4096)  # the same requests, rules and names are read on every turn

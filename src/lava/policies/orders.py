@@ -21,7 +21,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
-from .goals import words
+from .goals import tool_words, words
 from .task_state import TaskState
 
 _ORDER = re.compile(r"\border\s+(?P<id>[A-Za-z0-9][\w-]*)\s*:\s*(?P<items>(?:(?!\border\b)[^;.])*)", re.I)
@@ -31,10 +31,6 @@ _TAKE = frozenset(("take", "collect", "pick", "get", "grab"))
 _DROP = frozenset(("drop", "release", "return", "down", "deposit"))
 _MOVE = frozenset(("move", "navigate", "go", "goto"))
 _MARK = re.compile(r"order|reference|label|mark|assign", re.I)
-
-
-def _w(tool: ToolSpec) -> set[str]:
-    return words(f"{tool.name.replace('_', ' ')} {tool.description}")
 
 
 @dataclass(frozen=True)
@@ -51,11 +47,13 @@ class OrderTools:
 def order_tools(toolbox: ToolBox) -> OrderTools | None:
     _, take, put = roles(toolbox)
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
-    take_box = next((t for t in tools if len(t.params) == 1 and t is not take and _w(t) & _TAKE and _w(t) & _BOX), None)
-    drop_box = next((t for t in tools if not t.params and _w(t) & _DROP and _w(t) & _BOX), None)
+    take_box = next((t for t in tools if len(t.params) == 1 and t is not take
+                     and tool_words(t) & _TAKE and tool_words(t) & _BOX), None)
+    drop_box = next((t for t in tools if not t.params and tool_words(t) & _DROP and tool_words(t) & _BOX), None)
     mark = next((t for t in tools if len(t.params) == 2 and any(_MARK.search(f"{p.name} {p.description}")
                                                                  for p in t.params)), None)
-    move = next((t for t in tools if len(t.params) == 1 and _w(t) & _MOVE and t not in (take, put, take_box)), None)
+    move = next((t for t in tools if len(t.params) == 1 and tool_words(t) & _MOVE
+                 and t not in (take, put, take_box)), None)
     if None in (take, put, take_box, drop_box, mark):
         return None
     return OrderTools(move, take_box, drop_box, mark, take, put)  # type: ignore[arg-type]
@@ -75,7 +73,7 @@ def read_orders(request: str, products: Sequence[str]) -> list[tuple[str, list[s
 
 def _station(values: Sequence[str], tool: ToolSpec) -> str | None:
     """The move value sharing a word with what a tool handles (take_box -> packages_slot)."""
-    nouns = _w(tool) - _TAKE - _DROP
+    nouns = tool_words(tool) - _TAKE - _DROP
     fitting = [v for v in values if words(v) & nouns]
     return fitting[0] if len(fitting) == 1 else None
 

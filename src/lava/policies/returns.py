@@ -31,7 +31,7 @@ from typing import Any
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
-from .goals import words
+from .goals import tool_words, words
 from .task_state import TaskState, read_results
 
 _MOVE = frozenset(("move", "navigate", "go", "send", "goto"))
@@ -44,10 +44,6 @@ _DELIVERY = re.compile(r"\bdelivery\s+(?P<id>[A-Z][A-Z0-9]*-\d+)\s+for\s+(?P<nam
                        r"\s+in\s+(?P<city>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)(?P<rest>(?:(?!\bdelivery\s+[A-Z])[^.])*)")
 _SEEN = re.compile(r"On\s+(?P<table>[\w ]+?),\s*there is:\s*(?P<items>[^.]*)\.", re.I)
 _OCCUPIED = re.compile(r"(?P<target>\S+) is already occupied by (?P<who>\S+?)\.?$", re.I)
-
-
-def _w(tool: ToolSpec) -> set[str]:
-    return words(f"{tool.name.replace('_', ' ')} {tool.description}")
 
 
 def _parts(name: str) -> set[str]:
@@ -77,16 +73,16 @@ def return_tools(toolbox: ToolBox) -> ReturnTools | None:
     bare = [t for t in tools if not t.params]
     # Only an inspection tells clean from broken: that is what makes this task shape.
     inspect = next((t for t in bare if {"clean", "broken"} <= words(t.description)), None)
-    look = next((t for t in bare if t is not inspect and _w(t) & _LOOK), None)
-    boxes = [t for t in bare if t not in (inspect, look) and _w(t) & _BOX]
-    take_box = next((t for t in boxes if _w(t) & _TAKE and not _w(t) & (_DROP - {"return"})), None)
-    drop_box = next((t for t in boxes if t is not take_box and _w(t) & _DROP), None)
+    look = next((t for t in bare if t is not inspect and tool_words(t) & _LOOK), None)
+    boxes = [t for t in bare if t not in (inspect, look) and tool_words(t) & _BOX]
+    take_box = next((t for t in boxes if tool_words(t) & _TAKE and not tool_words(t) & (_DROP - {"return"})), None)
+    drop_box = next((t for t in boxes if t is not take_box and tool_words(t) & _DROP), None)
     label = next((t for t in tools if len(t.params) == 3
                   and any(re.search("city", f"{p.name} {p.description}", re.I) for p in t.params)), None)
     single = [t for t in tools if len(t.params) == 1]
     put = next((t for t in single if "trash" in f"{t.description} {t.params[0].description}".lower()), None)
-    move = next((t for t in single if t is not put and _w(t) & _MOVE), None)
-    pick = next((t for t in single if t not in (put, move) and _w(t) & _TAKE), None)
+    move = next((t for t in single if t is not put and tool_words(t) & _MOVE), None)
+    pick = next((t for t in single if t not in (put, move) and tool_words(t) & _TAKE), None)
     if None in (inspect, look, put, move, pick):
         return None
     put_text = re.findall(r"[a-z]+", f"{put.description} {put.params[0].description}".lower())  # type: ignore[union-attr]

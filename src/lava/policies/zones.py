@@ -37,7 +37,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
-from .goals import words
+from .goals import stem, words
 from .task_state import TaskState, read_results
 
 _LOCATION = re.compile(r"area|zone|locat|place|destination|target|tray|region|where|shelf|bin\b|container", re.I)
@@ -152,11 +152,6 @@ def place_of(phrase: str, places: Sequence[str]) -> str | None:
         return None
     hits = [p for p in places if said <= (words(p) - GENERIC_PLACE)]
     return hits[0] if len(hits) == 1 else None
-
-
-def kind(thing: str) -> str:
-    """banana_2 -> banana."""
-    return re.sub(r"[_\-]?\d+$", "", thing)
 
 
 def kind_of(phrase: str, kinds: Iterable[str]) -> str | None:
@@ -364,13 +359,13 @@ def desired(goal: Goal, where: Mapping[str, str], damaged: Iterable[str], reach:
     if goal.damaged_to:
         want.update({t: goal.damaged_to for t in things if t in damaged})
     for k, place in goal.assign.items():
-        want.update({t: place for t in things if kind(t) == k and t not in want})
+        want.update({t: place for t in things if stem(t) == k and t not in want})
 
     def fallback(t: str) -> str:
         return goal.rest_to or where[t]
 
     for place, k, n in goal.quotas:
-        candidates = [t for t in things if kind(t) == k and t not in want
+        candidates = [t for t in things if stem(t) == k and t not in want
                       and (t not in damaged or not goal.damaged_to)]
         # The cost an object adds by serving the quota, against where it would go otherwise.
         candidates.sort(key=lambda t: (t in damaged, reach.cost(where[t], place) - reach.cost(where[t], fallback(t)),
@@ -382,7 +377,7 @@ def desired(goal: Goal, where: Mapping[str, str], damaged: Iterable[str], reach:
         want.update({t: goal.rest_to for t in things if t not in want})
     claimed: set[str] = set()
     for n, k, source, target in goal.moves:
-        candidates = [t for t in things if kind(t) == k and t not in claimed and (source is None or where[t] == source)
+        candidates = [t for t in things if stem(t) == k and t not in claimed and (source is None or where[t] == source)
                       and where[t] != target and not (goal.intact_only and t in damaged)]
         candidates.sort(key=lambda t: (reach.cost(where[t], target), t))
         if len(candidates) < n:
@@ -512,7 +507,7 @@ class ZonesSkill:
             return self.look(found, situation, notes)
         where: dict[str, str] = notes["where"]
         damaged = notes.get("damaged") or []
-        kinds = sorted({kind(t) for t in where} | {v for v in situation.attributes.get("object_classes", [])
+        kinds = sorted({stem(t) for t in where} | {v for v in situation.attributes.get("object_classes", [])
                                                     if isinstance(v, str)})
         reach = Reach(found.robots, found.places, notes)
         if notes.get("want") is None:
@@ -531,11 +526,11 @@ class ZonesSkill:
             return None  # something lava does not understand keeps failing: the model decides
         first = priority(rules, kinds)
         rank = {t: i for i, t in enumerate(order)}
-        todo.sort(key=lambda t: (first is not None and kind(t) != first, rank.get(t, len(rank)), t))
+        todo.sort(key=lambda t: (first is not None and stem(t) != first, rank.get(t, len(rank)), t))
         if order:
             todo = todo[:1]  # ordered moves: each one done before the next is started
-        elif first is not None and kind(todo[0]) == first:
-            todo = [t for t in todo if kind(t) == first]  # the priority kind before anything else
+        elif first is not None and stem(todo[0]) == first:
+            todo = [t for t in todo if stem(t) == first]  # the priority kind before anything else
         free = [r for r in found.robots if r not in situation.toolbox.busy]
         planned = plan_turn(todo, where, want, reach, free)
         if not planned:
@@ -563,5 +558,5 @@ class ZonesSkill:
         return AgentDecision(tool_calls=[call])
 
 
-__all__ = ["Goal", "Reach", "Shape", "ZonesSkill", "desired", "kind", "place_of", "plan_turn", "read_goal",
+__all__ = ["Goal", "Reach", "Shape", "ZonesSkill", "desired", "place_of", "plan_turn", "read_goal",
            "read_reach", "read_report", "shape"]
