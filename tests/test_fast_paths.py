@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from conftest import settings as settings_scripted
 from conftest import user_input
 from lava import parsing
-from lava.app import ResponsesShortcut, create_app, validation_error_response
+from lava.app import create_app, validation_error_response
 from lava.backends.scripted import FunctionBackend, ScriptedBackend
 from lava.bench.workload import fixtures_dir, gen_batch
 from lava.bodies import _parse_body_checked, parse_body
@@ -126,7 +126,7 @@ def test_the_gen_batch_takes_one_json_validation() -> None:
 def _without_shortcut(**overrides: Any) -> TestClient:
     """An app whose POST /v1/responses goes the whole FastAPI way, to the documented route."""
     app = create_app(settings_scripted(**overrides))
-    app.user_middleware = [m for m in app.user_middleware if m.cls is not ResponsesShortcut]
+    app.responses_shortcut = None
     return TestClient(app)
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -29,7 +30,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import Headers
-from starlette.middleware import Middleware
 
 from . import AGENT_ID, __version__
 from .backends import Backend, create_backend
@@ -126,11 +126,12 @@ def error_response(exc: Exception) -> JSONResponse | None:
 
 
 class ResponsesShortcut:
-    """Sends POST /v1/responses straight to its handler, past FastAPI's exception, routing and
-    dependency layers, which cost about 0.2 ms of a MAGMA-GEN batch (10 x 2) for a route that needs
-    none of them: it reads its own body and maps its own errors. The innermost middleware, so
-    authentication and error middleware still wrap it; the FastAPI route stays, documented in
-    the OpenAPI document and answering the same way when a request does reach it."""
+    """Sends POST /v1/responses straight to its handler, past every layer of FastAPI and Starlette
+    (error and telemetry middleware, routing, dependencies), which a GEN batch otherwise pays on
+    the way in and on every message out, for a route that needs none of them: it reads its own
+    body and turns every outcome into a response. The outermost layer of the app (authentication,
+    when on, wraps it); the FastAPI route stays, documented in the OpenAPI document and answering
+    the same way when a request does reach it."""
 
     def __init__(self, app: Any, handler: Handler, max_body_bytes: int) -> None:
         self.app = app
@@ -146,6 +147,23 @@ class ResponsesShortcut:
             await self.app(scope, receive, send)
 
 
+class LavaApp(FastAPI):
+    """FastAPI with lava's outermost layers: the /v1/responses shortcut, and authentication
+    around everything (so around the shortcut too). `responses_shortcut = None` sends
+    /v1/responses the whole FastAPI way (tests compare the two)."""
+
+    responses_shortcut: Callable[[Any], Any] | None = None
+    auth_token: str | None = None
+
+    def build_middleware_stack(self) -> Any:
+        stack = super().build_middleware_stack()
+        if self.responses_shortcut is not None:
+            stack = self.responses_shortcut(stack)
+        if self.auth_token is not None:
+            stack = BearerAuth(stack, token=self.auth_token)
+        return stack
+
+
 def _route_path(scope: dict[str, Any]) -> str:
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root):] if root and path.startswith(root) else path
@@ -157,7 +175,7 @@ def create_app(
     backend: Backend | None = None,
     policy: Policy | None = None,
     tracer_provider: Any = None,
-) -> FastAPI:
+) -> LavaApp:
     """The app. `tracer_provider` (an OpenTelemetry one) turns tracing on whatever `otel_exporter`
     says, for embedding applications and tests; a given `policy` keeps its own backend, which is
     then neither timed nor traced."""
@@ -177,6 +195,7 @@ def create_app(
     if settings.trace_buffer_size:
         traces = TraceBuffer(settings.trace_buffer_size, settings.trace_buffer_bytes)
     runtime = Runtime(settings, backend, policy, Engine(policy, limits, metrics, tracing), metrics, traces, tracing)
+    metrics.pending.set_function(lambda: runtime.pending)  # read when scraped
 
     async def load() -> None:
         try:
@@ -198,10 +217,10 @@ def create_app(
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)  # flushes spans; may wait on the collector
 
-    app = FastAPI(title="lava", version=__version__, lifespan=lifespan)
+    app = LavaApp(title="lava", version=__version__, lifespan=lifespan)
     app.state.runtime = runtime
     if settings.auth_token is not None:
-        app.add_middleware(BearerAuth, token=settings.auth_token.get_secret_value())
+        app.auth_token = settings.auth_token.get_secret_value()
 
     async def _handled(request: Request, exc: Exception) -> Response:
         response = error_response(exc)
@@ -257,12 +276,10 @@ def create_app(
                     f"(max_pending_requests={settings.max_pending_requests}); retry shortly"
                 )
             runtime.pending += 1
-            metrics.pending.set(runtime.pending)
             try:
                 outputs = await runtime.engine.respond(agent_request)
             finally:
                 runtime.pending -= 1
-                metrics.pending.set(runtime.pending)
             status = 200
             answer = redact.body(encode_json(outputs))
             elapsed = time.perf_counter() - started
@@ -298,9 +315,8 @@ def create_app(
     async def responses(request: Request) -> Response:
         return await answer_responses(lambda: read_body(request, settings.max_body_bytes), request.headers)
 
-    # The innermost middleware: authentication, and any middleware added later, still wrap it.
-    app.user_middleware.append(Middleware(ResponsesShortcut, handler=answer_responses,
-                                          max_body_bytes=settings.max_body_bytes))
+    app.responses_shortcut = partial(ResponsesShortcut, handler=answer_responses,
+                                     max_body_bytes=settings.max_body_bytes)
 
     document_without_wire_models = app.openapi
 
@@ -339,4 +355,4 @@ def encode_json(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-__all__ = ["Runtime", "create_app", "info_document"]
+__all__ = ["LavaApp", "Runtime", "create_app", "info_document"]

@@ -145,7 +145,7 @@ class Engine:
         tracing = self.tracing
         span = tracing.start_decision(request_id, situation, self.policy.name) if tracing is not None else None
         if self.metrics is not None:
-            self.metrics.in_flight.inc()
+            self.metrics.inputs_in_flight += 1
         outputs: list[Output] = []
         try:
             results = await self._decide(situation, deadline, memories)
@@ -156,7 +156,7 @@ class Engine:
             return outputs
         finally:
             if self.metrics is not None:
-                self.metrics.in_flight.dec()
+                self.metrics.inputs_in_flight -= 1
                 self.metrics.decision_seconds.observe(time.perf_counter() - started)
             if tracing is not None and span is not None:
                 tracing.end_decision(span, outputs)
