@@ -54,6 +54,28 @@ def _bench(tmp_path: Path, *episodes: tuple[str, str]) -> BenchResult:
     return result
 
 
+def test_episodes_the_infrastructure_ended_are_listed_as_failures(tmp_path: Path) -> None:
+    """MAGMA-BENCH writes no episode file for an episode its planner gave up on, only a line in
+    result.json (as in delivery_box on the local planner): the report still counts and names it."""
+    import json
+
+    episodes = tmp_path / "scenarios" / "delivery_box" / "episodes"
+    episodes.mkdir(parents=True)
+    (episodes / "delivery_box-002-clean.json").write_text(json.dumps(
+        {"episode_id": "delivery_box-002-clean", "success": True, "terminal": {"status": "success"}, "trace": []}))
+    (tmp_path / "result.json").write_text(json.dumps({"infrastructure_failures": [
+        {"scenario_id": "delivery_box", "episode_id": f"delivery_box-00{i}-clean",
+         "reason": "Planner error exceeded 3 retries."} for i in (0, 1)]}))
+    result = BenchResult.read(tmp_path, 0, 10.0)
+    assert sorted((e.episode_id, e.status) for e in result.episodes) == [
+        ("delivery_box-000-clean", "infrastructure_failure"), ("delivery_box-001-clean", "infrastructure_failure"),
+        ("delivery_box-002-clean", "success")]
+    report = ScenarioReport("delivery_box")
+    _add_result(report, result, 4, 2.0)
+    assert (report.episodes, report.successes) == (3, 1)
+    assert "infrastructure_failure 2" in render_table([ConfigReport(AgentConfig("lava", ()), [report])])
+
+
 def test_results_of_several_roots_are_reported_as_one_scenario(tmp_path: Path) -> None:
     report = ScenarioReport("color_sorting")
     _add_result(report, _bench(tmp_path, ("cs-000", "success"), ("cs-002", "budget_exceeded")), 8, 4.0)

@@ -200,6 +200,23 @@ class BenchResult:
                 agent_turns=sum(1 for event in trace if event.get("kind") == "agent_answer"),
                 trace_path=path,
             ))
+        # An episode the infrastructure ended (the motion planner gave up) leaves no episode file,
+        # only a line in result.json; it is still an episode that was not solved, so it is listed.
+        recorded = {episode.episode_id for episode in out.episodes}
+        for failure in out.summary.get("infrastructure_failures") or []:
+            episode_id = str(failure.get("episode_id", ""))
+            if not episode_id or episode_id in recorded:
+                continue
+            recorded.add(episode_id)
+            out.episodes.append(Episode(
+                episode_id=episode_id,
+                scenario=str(failure.get("scenario_id", "")),
+                status="infrastructure_failure",
+                success=False,
+                reason=str(failure.get("reason") or ""),
+                agent_turns=0,
+                trace_path=result_file,
+            ))
         return out
 
     def statuses(self) -> dict[str, int]:
