@@ -233,6 +233,15 @@ class ToolBox:
     tools: tuple[ToolSpec, ...]
     robots: tuple[str, ...] | None
     busy: tuple[str, ...] = ()
+    # Hashed once: a decision looks its tool set up in a dozen caches (roles, prompts, tables), and
+    # the generated hash would re-hash every tool each time.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.tools, self.robots, self.busy)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def from_input(cls, tools: Sequence[Mapping[str, Any]], attributes: Mapping[str, Any]) -> ToolBox:
