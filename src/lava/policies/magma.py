@@ -97,6 +97,7 @@ _IMPOSSIBLE = ("cannot", "can't", "can not", "unable", "impossible", "not possib
 
 _HELD = re.compile(r"\bheld\b|\bholding\b|\bin (?:the|your) gripper\b", re.I)
 _CONDITION = re.compile(r"dirty|clean|state|condition|quality|damaged", re.I)
+_NEW = re.compile(r"\bnew\b", re.I)
 
 
 def check_tool(toolbox: ToolBox) -> ToolSpec | None:
@@ -104,6 +105,70 @@ def check_tool(toolbox: ToolBox) -> ToolSpec | None:
     it is dirty or clean")."""
     return next((t for t in toolbox.tools if t.name != CANCEL_TOOL and not t.params and _HELD.search(t.description)
                  and _CONDITION.search(t.description)), None)
+
+
+@functools.lru_cache(maxsize=512)
+def _held_tools(toolbox: ToolBox) -> tuple[str, ...]:
+    """Parameterless tools that act on or with the held object (not_now)."""
+    return tuple(t.name for t in toolbox.tools if not t.params and _HELD.search(t.description))
+
+
+@functools.lru_cache(maxsize=512)
+def _unnamed_candidates(toolbox: ToolBox) -> tuple[tuple[str, frozenset[str]], ...]:
+    """not_now's pick-and-place candidates: every tool with parameters but the take and the put,
+    with the object words of its name and description (those a request must say to need it)."""
+    _, take, put = roles(toolbox)
+    return tuple((tool.name, frozenset((words(tool.name.replace("_", " "))
+                                        | words(" ".join(description_words(tool.description)))) - _VERBS))
+                 for tool in toolbox.tools if tool.params and tool not in (take, put))
+
+
+@functools.lru_cache(maxsize=512)
+def _name_objects(toolbox: ToolBox) -> tuple[tuple[str, frozenset[str]], ...]:
+    """steps_named_not_done's table: each tool but cancel, with the object words of its name."""
+    return tuple((tool.name, frozenset(words(tool.name.replace("_", " ")) - _VERBS))
+                 for tool in toolbox.tools if tool.name != CANCEL_TOOL)
+
+
+@functools.lru_cache(maxsize=512)
+def _location_params(toolbox: ToolBox) -> tuple[tuple[str, str, tuple[tuple[str, bool], ...]], ...]:
+    """enums' location parameters: (tool, parameter, the names its description offers, each with
+    whether it is kept whatever the places are: an identifier with "_" or "table")."""
+    table = []
+    for tool in toolbox.tools:
+        for param in tool.params:
+            if (param.json_type == "string" and _LOCATION.search(f"{param.name} {param.description}")
+                    and not _NEW.search(f"{tool.description} {param.description}")):
+                own = tuple((w, "_" in w or w.lower() == "table")
+                            for w in [*identifiers(param.description), *description_words(param.description)])
+                table.append((tool.name, param.name, own))
+    return tuple(table)
+
+
+@functools.lru_cache(maxsize=512)
+def _attribute_params(toolbox: ToolBox, keys: tuple[str, ...]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """narrow_by_attributes' table: per string parameter, the attribute keys (of `keys`, in order)
+    its descriptions name."""
+    table = []
+    for tool in toolbox.tools:
+        for param in tool.params:
+            if param.json_type != "string":
+                continue
+            text = f"{param.description} {tool.description}".lower()
+            table.append((tool.name, param.name, tuple(key for key in keys if _names_attribute(key, text))))
+    return tuple(table)
+
+
+def _names_attribute(key: str, text: str) -> bool:
+    return re.search(rf"(?:listed|one of|among)\s+(?:the\s+)?(?:known\s+)?{re.escape(key.lower())}\b"
+                     if "_" not in key else rf"\b{re.escape(key.lower())}\b", text) is not None
+
+
+@functools.lru_cache(maxsize=512)
+def _object_params(toolbox: ToolBox) -> tuple[tuple[str, str], ...]:
+    """drop_kind_names' table: parameters that name an object instance, not a kind."""
+    return tuple((tool.name, param.name) for tool in toolbox.tools for param in tool.params
+                 if _OBJECT_PARAM.search(param.name) and not _KIND_PARAM.search(param.name))
 
 
 def _plain(text: str) -> str:
@@ -399,11 +464,14 @@ class MagmaPolicy(Policy):
 
     # -- the commander's view ----------------------------------------------------------------
 
-    def messages(self, situation: Situation, state: TaskState, ask: str, left: list[str]) -> list[Message]:
+    def messages(self, situation: Situation, state: TaskState, ask: str, left: list[str],
+                 matches: list[str] | None = None) -> list[Message]:
+        """`matches`: matching_places for what is held, when the caller has it already."""
         system = _system_prompt(situation.toolbox, (*situation.memory.memory_list, *state.rules))
         _, take, put = roles(situation.toolbox)
         held = self.held(state, take, put)
-        matches = self.matching_places(situation, state, held, put)
+        if matches is None:
+            matches = self.matching_places(situation, state, held, put)
         shown = state.done[-DONE_SHOWN:]
         older = Counter(line.split("(", 1)[0] for line in state.done[:-DONE_SHOWN]) if len(state.done) > DONE_SHOWN \
             else Counter()
@@ -433,11 +501,17 @@ class MagmaPolicy(Policy):
 
     async def propose(self, situation: Situation, state: TaskState, *, say: bool, calls: bool, ask: str,
                       left: list[str], first_step: int) -> list[Proposal]:
+        # The enums, and the places matching what is held, are worked out once for the grammar and
+        # the prompt (each used to recompute them: up to three enums per decision).
+        _, take, put = roles(situation.toolbox)
+        enums = self.enums(situation, state, narrow=False)
+        matches = self.matching_places(situation, state, self.held(state, take, put), put, enums)
+        self.narrow_to_match(situation, state, enums, matches)
         schema = situation.toolbox.decision_schema(say=say, calls=calls, exclude=self.not_now(situation, state),
-                                                   enums=self.enums(situation, state))
+                                                   enums=enums)
         elements = {"intent": state.intent, "request": state.request, "done": list(state.done), "left": left,
                     "constrained_to": "calls" if not say else "text" if not calls else "calls or text"}
-        messages = self.messages(situation, state, ask, left)
+        messages = self.messages(situation, state, ask, left, matches)
         proposals = await self.commander.propose(situation, messages, situation.n, schema=schema,
                                                  input_elements=elements, first_step=first_step)
         if not situation.greedy and situation.n > 1 and self.backend.capabilities.varies_with_seed:
@@ -498,11 +572,14 @@ class MagmaPolicy(Policy):
         return proposals
 
     def matching_places(self, situation: Situation, state: TaskState, held: str | None,
-                        put: ToolSpec | None) -> list[str]:
-        """Places whose name shares a word with the held object (blue_cube_1 -> blue_tray)."""
+                        put: ToolSpec | None, known: dict[str, dict[str, list[str]]] | None = None) -> list[str]:
+        """Places whose name shares a word with the held object (blue_cube_1 -> blue_tray).
+        `known`: `enums(situation, state, narrow=False)` when the caller has it already."""
         if not held or put is None:
             return []
-        places = self.enums(situation, state, narrow=False).get(put.name, {}).get(put.params[0].name, [])
+        if known is None:
+            known = self.enums(situation, state, narrow=False)
+        places = known.get(put.name, {}).get(put.params[0].name, [])
         objects = {*object_values(situation.attributes), *(t for ts in (state.scene or {}).values() for t in ts),
                    *contents([*state.observations, state.last_feedback]), held}
         places = [p for p in places if p not in objects]  # an object is never a place
@@ -544,16 +621,11 @@ class MagmaPolicy(Policy):
         if places:
             # A parameter that names a location takes a place the robots reported (or one its own
             # description names), not a colour or an object.
-            for tool in situation.toolbox.tools:
-                for param in tool.params:
-                    if (param.json_type == "string" and _LOCATION.search(f"{param.name} {param.description}")
-                            and not re.search(r"\bnew\b", f"{tool.description} {param.description}", re.I)):
-                        own = [w for w in [*identifiers(param.description), *description_words(param.description)]
-                               if w in places or "_" in w or w.lower() == "table"]
-                        allowed = [v for v in dict.fromkeys([*places, *own])
-                                   if v not in exclude.get(tool.name, set())]
-                        if allowed:
-                            enums.setdefault(tool.name, {})[param.name] = allowed
+            for tool_name, param_name, offered in _location_params(situation.toolbox):
+                own = [w for w, kept in offered if kept or w in places]
+                allowed = [v for v in dict.fromkeys([*places, *own]) if v not in exclude.get(tool_name, set())]
+                if allowed:
+                    enums.setdefault(tool_name, {})[param_name] = allowed
         self.narrow_by_attributes(situation, enums, exclude)
         self.drop_kind_names(situation, enums, results)
         movable = contents(results) - exclude.get(take.name, set()) if take is not None and put is not None else set()
@@ -570,13 +642,22 @@ class MagmaPolicy(Policy):
                                                                       if p not in exclude.get(put.name, set())]
             if targets:
                 enums[put.name] = {put.params[0].name: targets}
-        if narrow and put is not None and not _CONTRARY.search(" ".join(user)):
-            matches = self.matching_places(situation, state, self.held(state, take, put), put)
-            if len(matches) == 1:
-                # One place is named after what is held: that is where it goes (small models copy the
-                # previous target instead). Requests that say otherwise ("opposite", "leave") keep the choice.
-                enums[put.name] = {put.params[0].name: matches}
+        if narrow:
+            # The enums as they stand are what matching_places reads (enums(narrow=False)).
+            self.narrow_to_match(situation, state, enums,
+                                 self.matching_places(situation, state, self.held(state, take, put), put, enums))
         return enums
+
+    @staticmethod
+    def narrow_to_match(situation: Situation, state: TaskState, enums: dict[str, dict[str, list[str]]],
+                        matches: list[str]) -> None:
+        """`matches`: matching_places for what is held, read from these enums before narrowing."""
+        put = roles(situation.toolbox)[2]
+        user = [state.request, *state.rules, *situation.memory.memory_list]
+        if put is not None and len(matches) == 1 and not _CONTRARY.search(" ".join(user)):
+            # One place is named after what is held: that is where it goes (small models copy the
+            # previous target instead). Requests that say otherwise ("opposite", "leave") keep the choice.
+            enums[put.name] = {put.params[0].name: matches}
 
     @staticmethod
     def narrow_by_attributes(situation: Situation, enums: dict[str, dict[str, list[str]]],
@@ -585,18 +666,12 @@ class MagmaPolicy(Policy):
         that attribute's values only (a product type is not a place to move to)."""
         lists = {key: [v for v in value if isinstance(v, str)] for key, value in situation.attributes.items()
                  if isinstance(value, list) and key not in ("known_robots",)}
-        for tool in situation.toolbox.tools:
-            for param in tool.params:
-                if param.json_type != "string":
-                    continue
-                text = f"{param.description} {tool.description}".lower()
-                named = [key for key, values in lists.items() if values and re.search(
-                    rf"(?:listed|one of|among)\s+(?:the\s+)?(?:known\s+)?{re.escape(key.lower())}\b"
-                    if "_" not in key else rf"\b{re.escape(key.lower())}\b", text)]
-                if len(named) == 1:
-                    allowed = [v for v in lists[named[0]] if v not in exclude.get(tool.name, set())]
-                    if allowed:
-                        enums.setdefault(tool.name, {})[param.name] = allowed
+        for tool_name, param_name, keys in _attribute_params(situation.toolbox, tuple(lists)):
+            named = [key for key in keys if lists[key]]
+            if len(named) == 1:
+                allowed = [v for v in lists[named[0]] if v not in exclude.get(tool_name, set())]
+                if allowed:
+                    enums.setdefault(tool_name, {})[param_name] = allowed
 
     @staticmethod
     def drop_kind_names(situation: Situation, enums: dict[str, dict[str, list[str]]], results: list[str]) -> None:
@@ -605,14 +680,13 @@ class MagmaPolicy(Policy):
         seen = set(identifiers(" ".join(results)))
         if not seen:
             return
-        for tool in situation.toolbox.tools:
-            for param in tool.params:
-                values = enums.get(tool.name, {}).get(param.name)
-                if not values or not _OBJECT_PARAM.search(param.name) or _KIND_PARAM.search(param.name):
-                    continue
-                kept = [v for v in values if not any(i.startswith((v + "_", v + "-")) for i in seen)]
-                if kept and len(kept) < len(values):
-                    enums[tool.name][param.name] = kept
+        for tool_name, param_name in _object_params(situation.toolbox):
+            values = enums.get(tool_name, {}).get(param_name)
+            if not values:
+                continue
+            kept = [v for v in values if not any(i.startswith((v + "_", v + "-")) for i in seen)]
+            if kept and len(kept) < len(values):
+                enums[tool_name][param_name] = kept
 
     def not_now(self, situation: Situation, state: TaskState) -> tuple[str, ...]:
         """Tools that cannot be the right next call, left out of this turn's grammar:
@@ -633,15 +707,12 @@ class MagmaPolicy(Policy):
                 excluded.append(tool.name)
         _, take, put = roles(situation.toolbox)
         if not state.held:  # tools that act on or with the held object only fail with an empty gripper
-            excluded += [t.name for t in situation.toolbox.tools if not t.params and _HELD.search(t.description)]
+            excluded += _held_tools(situation.toolbox)
         if take is not None and put is not None:
             # A tool that neither the request nor a rule names by its object words (set_light, add_new_location)
             # is not part of a pick-and-place job.
             said = words(" ".join([state.request, *situation.memory.memory_list, *state.rules]))
-            for tool in situation.toolbox.tools:
-                named = words(tool.name.replace("_", " ")) | words(" ".join(description_words(tool.description)))
-                if tool.params and tool not in (take, put) and not (named - _VERBS) & said:
-                    excluded.append(tool.name)
+            excluded += [name for name, objects in _unnamed_candidates(situation.toolbox) if not objects & said]
             if self.held(state, take, put) is not None:
                 excluded += [t.name for t in situation.toolbox.tools if t.name != put.name]
             else:
@@ -757,14 +828,8 @@ class MagmaPolicy(Policy):
         been called since the request: until they have, the work is not done."""
         said = words(" ".join([state.request, *situation.memory.memory_list, *state.rules]))
         called = {c["name"] for c in state.done_calls}
-        named = []
-        for tool in situation.toolbox.tools:
-            if tool.name == CANCEL_TOOL or tool.name in called:
-                continue
-            objects = words(tool.name.replace("_", " ")) - _VERBS
-            if objects and objects <= said:
-                named.append(tool.name)
-        return named
+        return [name for name, objects in _name_objects(situation.toolbox)
+                if name not in called and objects and objects <= said]
 
     def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:
         """The exact calls that just failed would fail the same way: look instead, when lava can."""
