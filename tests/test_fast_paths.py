@@ -8,6 +8,7 @@ outputs, and candidates that stay independent when they share work.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 from typing import Any
@@ -620,3 +621,256 @@ def test_histories_read_as_entry_by_entry(history: list[Any]) -> None:
     assert read == expected
     if isinstance(read, tuple) and read and not isinstance(read[0], str):
         assert all(type(turn).__name__ == "Turn" for turn in read)
+
+
+# -- the magma policy: per-tool-set tables and work done once per decision ------------------------------
+
+def _magma_situations() -> list[Any]:
+    """Every captured input, and GEN batches of the captured episodes, as situations."""
+    from lava.bench.workload import Episode, branch_history, read_requests
+    from lava.protocol import AgentInput
+    from lava.situation import Situation
+
+    entries = []
+    for path in sorted(fixtures_dir().glob("*.requests.jsonl")):
+        requests = read_requests(path)
+        entries += [entry for request in requests for entry in request["inputs"]]
+        try:
+            episode = Episode.from_requests(requests)
+            for index in range(4):
+                history, instruction = branch_history(episode, index, 9 + 3 * index)
+                entries.append({**episode.template, "instruction": {"type": "env", "content": instruction},
+                                "memory": {"memory_list": ["Never use the table."], "history": history}})
+        except (ValueError, KeyError, IndexError, ZeroDivisionError):
+            pass  # an episode whose feedback is not MAGMA's JSON, or one request: its captured inputs are enough
+    # Descriptions naming attributes (one of them empty), kinds and new places: narrow_by_attributes,
+    # drop_kind_names and the location rule each take their other branches.
+    moving = [{"name": "move_to", "description": "Move to a place.", "arguments": {"place": {
+                  "type": "str", "description": "A place from move_targets or drop_zones."}}},
+              {"name": "pick", "description": "Pick one of the listed items.", "arguments": {
+                  "object_name": {"type": "str", "description": "The object, such as banana_0."},
+                  "object_type": {"type": "str", "description": "One of the known colors."}}},
+              {"name": "add_new_location", "description": "Add a new location.", "arguments": {
+                  "location": {"type": "str", "description": "Where, e.g. shelf_9 or table."}}},
+              {"name": "report", "description": "Report what is in the gripper, held or not.", "arguments": {}}]
+    for attributes in ({"move_targets": [], "drop_zones": ["zone_a", "zone_b"], "colors": ["red"],
+                        "items": ["banana", "apple"]},
+                       {"move_targets": ["dock"], "drop_zones": ["zone_a"], "colors": [], "items": []}):
+        entries.append(user_input("Move the banana to zone_a, then pick the apple.", tools=moving,
+                                  attributes={"known_robots": ["arm1"], **attributes}))
+    return [Situation.read(AgentInput.model_validate(entry)) for entry in entries]
+
+
+def _magma_states(policy: Any, situation: Any) -> list[Any]:
+    """The state lava builds for this input, and variants that reach the other branches: an object
+    held, a put just refused, a request that clears a place or says otherwise."""
+    from lava.policies.demos import roles
+
+    state = policy.turn_state(situation, intent="act")
+    states = [state]
+    _, take, put = roles(situation.toolbox)
+    names = [n for values in situation.attributes.values() if isinstance(values, list) for n in values
+             if isinstance(n, str)] + ["green_cube_1", "blue_cube_2", "white_tray", "table"]
+    robot = (situation.toolbox.robots or ("robot",))[0]
+    for index, value in enumerate(names[:6]):
+        for request in ("Sort the cubes.", "Clear the table and keep the blue cube.", "Put it in the white tray."):
+            variant = copy.copy(state)
+            variant.request, variant.held = request, value
+            variant.held_from = "table" if index % 2 else None
+            if take is not None:
+                variant.done_calls = [*state.done_calls, {"robot": robot, "name": take.name,
+                                                          "arguments": {take.params[0].name: value}}]
+            if put is not None and len(put.params) == 1:
+                variant.last_failed = True
+                variant.pending_failed = [{"robot": robot, "name": put.name,
+                                           "arguments": {put.params[0].name: names[0]}}]
+            if index % 3:
+                variant.observations = [*state.observations, f"detect: white_tray contains {value}, red_cube_3."]
+            states.append(variant)
+    return states
+
+
+def _careful_enums(policy: Any, situation: Any, state: Any, *, narrow: bool = True) -> dict[str, Any]:
+    """MagmaPolicy.enums as it was before its per-tool-set tables: every regex per tool, per input."""
+    import re as re_
+
+    from lava.policies import magma
+    from lava.policies.demos import roles
+    from lava.policies.goals import cleared
+    from lava.policies.names import (
+        contents,
+        description_words,
+        identifiers,
+        known_names,
+        location_values,
+        parameter_enums,
+    )
+
+    results = [*state.observations, state.last_feedback, *state.earlier]
+    user = [state.request, *state.rules, *situation.memory.memory_list]
+    names = known_names(situation.attributes, results, user)
+    _, take, put = roles(situation.toolbox)
+    exclude: dict[str, set[str]] = {}
+    if take is not None and put is not None:
+        taken = {v for c in state.done_calls if c["name"] == take.name for v in c.get("arguments", {}).values()
+                 if isinstance(v, str)}
+        exclude[put.name] = taken | contents(results)
+        exclude[take.name] = set(taken)
+    if put is not None and state.held and state.held_from:
+        exclude.setdefault(put.name, set()).add(state.held_from)
+    if put is not None and state.request and (place := cleared(state.request)):
+        exclude.setdefault(put.name, set()).update(p for p in names if p.lower().replace("_", " ") == place.lower())
+    if state.last_failed and state.pending_failed:
+        for call in state.pending_failed:
+            tool = situation.toolbox.get(call["name"])
+            if tool is not None and len(tool.params) == 1:
+                value = (call.get("arguments") or {}).get(tool.params[0].name)
+                if isinstance(value, str):
+                    exclude.setdefault(tool.name, set()).add(value)
+    enums = parameter_enums(situation.toolbox, names, exclude=exclude)
+    places = list(dict.fromkeys([*(state.scene or {}), *magma.containers(results),
+                                 *location_values(situation.attributes)]))
+    if places:
+        for tool in situation.toolbox.tools:
+            for param in tool.params:
+                if (param.json_type == "string" and magma._LOCATION.search(f"{param.name} {param.description}")
+                        and not re_.search(r"\bnew\b", f"{tool.description} {param.description}", re_.I)):
+                    own = [w for w in [*identifiers(param.description), *description_words(param.description)]
+                           if w in places or "_" in w or w.lower() == "table"]
+                    allowed = [v for v in dict.fromkeys([*places, *own]) if v not in exclude.get(tool.name, set())]
+                    if allowed:
+                        enums.setdefault(tool.name, {})[param.name] = allowed
+    lists = {key: [v for v in value if isinstance(v, str)] for key, value in situation.attributes.items()
+             if isinstance(value, list) and key not in ("known_robots",)}
+    for tool in situation.toolbox.tools:
+        for param in tool.params:
+            if param.json_type != "string":
+                continue
+            text = f"{param.description} {tool.description}".lower()
+            named = [key for key, values in lists.items() if values and re_.search(
+                rf"(?:listed|one of|among)\s+(?:the\s+)?(?:known\s+)?{re_.escape(key.lower())}\b"
+                if "_" not in key else rf"\b{re_.escape(key.lower())}\b", text)]
+            if len(named) == 1:
+                allowed = [v for v in lists[named[0]] if v not in exclude.get(tool.name, set())]
+                if allowed:
+                    enums.setdefault(tool.name, {})[param.name] = allowed
+    seen = set(identifiers(" ".join(results)))
+    if seen:
+        for tool in situation.toolbox.tools:
+            for param in tool.params:
+                values = enums.get(tool.name, {}).get(param.name)
+                if not values or not magma._OBJECT_PARAM.search(param.name) or magma._KIND_PARAM.search(param.name):
+                    continue
+                kept = [v for v in values if not any(i.startswith((v + "_", v + "-")) for i in seen)]
+                if kept and len(kept) < len(values):
+                    enums[tool.name][param.name] = kept
+    movable = contents(results) - exclude.get(take.name, set()) if take is not None and put is not None else set()
+    if movable and take is not None:
+        enums[take.name] = {take.params[0].name: sorted(movable)}
+    if state.scene and take is not None and put is not None:
+        objects = [t for things in state.scene.values() for t in things if t not in exclude.get(take.name, set())]
+        if objects:
+            enums[take.name] = {take.params[0].name: sorted(set(objects))}
+        targets = [p for p in enums.get(put.name, {}).get(put.params[0].name, places) if p in places
+                   and p not in exclude.get(put.name, set())] or [p for p in places
+                                                                  if p not in exclude.get(put.name, set())]
+        if targets:
+            enums[put.name] = {put.params[0].name: targets}
+    if narrow and put is not None and not magma._CONTRARY.search(" ".join(user)):
+        matches = _careful_matches(policy, situation, state, policy.held(state, take, put), put)
+        if len(matches) == 1:
+            enums[put.name] = {put.params[0].name: matches}
+    return enums
+
+
+def _careful_matches(policy: Any, situation: Any, state: Any, held: Any, put: Any) -> list[str]:
+    if not held or put is None:
+        return []
+    known = _careful_enums(policy, situation, state, narrow=False)
+    return policy.matching_places(situation, state, held, put, known)
+
+
+def _careful_not_now(policy: Any, situation: Any, state: Any) -> tuple[str, ...]:
+    """MagmaPolicy.not_now as it was: the words of every tool, every input."""
+    from lava.policies import magma
+    from lava.policies.demos import roles
+    from lava.policies.goals import words
+    from lava.policies.names import contents, description_words
+    from lava.policies.task_state import argument_values
+
+    excluded: list[str] = []
+    if not situation.toolbox.busy:
+        excluded.append(magma.CANCEL_TOOL)
+    if state.intent == "answer":
+        observe = roles(situation.toolbox)[0]
+        excluded += [t.name for t in situation.toolbox.tools if observe is None or t.name != observe.name]
+    if state.done_calls and not state.last_failed:
+        tool = situation.toolbox.get(state.done_calls[-1]["name"])
+        if tool is not None and not tool.params:
+            excluded.append(tool.name)
+    _, take, put = roles(situation.toolbox)
+    if not state.held:
+        excluded += [t.name for t in situation.toolbox.tools if not t.params and magma._HELD.search(t.description)]
+    if take is not None and put is not None:
+        said = words(" ".join([state.request, *situation.memory.memory_list, *state.rules]))
+        for tool in situation.toolbox.tools:
+            named = words(tool.name.replace("_", " ")) | words(" ".join(description_words(tool.description)))
+            if tool.params and tool not in (take, put) and not (named - magma._VERBS) & said:
+                excluded.append(tool.name)
+        if policy.held(state, take, put) is not None:
+            excluded += [t.name for t in situation.toolbox.tools if t.name != put.name]
+        else:
+            excluded.append(put.name)
+            seen = contents([*state.observations, state.last_feedback])
+            taken = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+            if seen and seen <= taken:
+                excluded.append(take.name)
+    return tuple(excluded)
+
+
+def _careful_steps_named(situation: Any, state: Any) -> list[str]:
+    from lava.policies import magma
+    from lava.policies.goals import words
+
+    said = words(" ".join([state.request, *situation.memory.memory_list, *state.rules]))
+    called = {c["name"] for c in state.done_calls}
+    named = []
+    for tool in situation.toolbox.tools:
+        if tool.name == magma.CANCEL_TOOL or tool.name in called:
+            continue
+        objects = words(tool.name.replace("_", " ")) - magma._VERBS
+        if objects and objects <= said:
+            named.append(tool.name)
+    return named
+
+
+def test_magma_tables_and_shared_enums_decide_as_the_careful_way() -> None:
+    from lava.policies import magma
+    from lava.policies.demos import roles
+
+    from lava.settings import Settings
+
+    policy = magma.MagmaPolicy(ScriptedBackend(), Settings(backend="scripted", policy="magma"))
+    checked = 0
+    for situation in _magma_situations():
+        for state in _magma_states(policy, situation):
+            _, take, put = roles(situation.toolbox)
+            careful = _careful_enums(policy, situation, state)
+            for _ in range(2):  # filling the tables, then reading from them
+                assert policy.enums(situation, state) == careful
+                assert policy.enums(situation, state, narrow=False) == _careful_enums(policy, situation, state,
+                                                                                      narrow=False)
+                assert policy.steps_named_not_done(situation, state) == _careful_steps_named(situation, state)
+                assert policy.not_now(situation, state) == _careful_not_now(policy, situation, state)
+            # propose's one enums and one matching_places, shared by the grammar and the prompt
+            held = policy.held(state, take, put)
+            known = policy.enums(situation, state, narrow=False)
+            matches = policy.matching_places(situation, state, held, put, known)
+            assert matches == _careful_matches(policy, situation, state, held, put)
+            policy.narrow_to_match(situation, state, known, matches)
+            assert known == careful
+            ask = "Give the next tool call."
+            assert policy.messages(situation, state, ask, [], matches) == policy.messages(situation, state, ask, [])
+            checked += 1 + bool(matches)
+    assert checked > 100
+    assert magma._location_params.cache_info().hits > 0
