@@ -874,3 +874,28 @@ def test_magma_tables_and_shared_enums_decide_as_the_careful_way() -> None:
             checked += 1 + bool(matches)
     assert checked > 100
     assert magma._location_params.cache_info().hits > 0
+
+
+def test_task_states_copy_and_dump_as_the_generic_way() -> None:
+    import copy as copy_module
+
+    from lava.policies.task_state import _FIELDS, TaskState
+
+    loaded = TaskState.load({"task": {"intent": "act", "request": "Sort.", "done": ["a"], "scene": {"t": ["c_1"]},
+                                      "notes": {"zones": {"k": [1, 2.5, None]}}, "unknown": 1}})
+    started = TaskState()
+    started.start("act", "Do it.")
+    started.remember_rule("Never use the table.")
+    for state in (TaskState(), loaded, started):
+        twin = copy_module.copy(state)
+        generic = copy_module._reconstruct(state, None, *state.__reduce_ex__(4))
+        assert type(twin) is type(generic) and twin is not state
+        assert vars(twin) == vars(generic) and all(getattr(twin, f) is getattr(state, f) for f in _FIELDS)
+        careful = orjson.dumps(orjson.loads(orjson.dumps({name: getattr(state, name) for name in _FIELDS})))
+        assert orjson.dumps(state.dump()) == careful
+        assert orjson.dumps(twin.dump()) == careful
+        dumped = state.dump()
+        assert dumped["done"] is not state.done and dumped["notes"] is not state.notes
+    odd = TaskState()
+    odd.extra = "not a field"  # never done by lava; dump still writes the fields only
+    assert list(odd.dump()) == list(_FIELDS)
