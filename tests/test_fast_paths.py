@@ -899,3 +899,27 @@ def test_task_states_copy_and_dump_as_the_generic_way() -> None:
     odd = TaskState()
     odd.extra = "not a field"  # never done by lava; dump still writes the fields only
     assert list(odd.dump()) == list(_FIELDS)
+
+
+def test_the_scripted_rule_text_is_the_rendered_rule() -> None:
+    from lava.backends.scripted import _rule_text, rule_decision
+    from lava.protocol import AgentInput
+    from lava.situation import Situation
+
+    said = {"author": "USER", "content": "Please press sw2, then sw0."}
+    pressed = {"author": "MODEL", "content": json.dumps({"say": "", "action": {"panda": {
+        "name": "press_button", "arguments": {"id": "sw2"}}}})}
+    idle = {"author": "MODEL", "content": json.dumps({"say": "", "action": {}})}
+    cases = [("user", "Please press sw2, then sw0.", [], {}), ("user", "Hello there", [], {}),
+             ("env", '{"infos": "ok"}', [], {}), ("env", '{"infos": "ok"}', [said], {}),
+             ("env", '{"infos": "ok"}', [said, pressed, idle], {}),
+             ("env", '{"infos": "ok"}', [said, pressed, said, pressed], {}),
+             ("env", '{"infos": "ok"}', [said, pressed, pressed, pressed], {}),
+             ("user", "press sw1", [], {"robot_statuses": {"panda": "RUNNING x"}}),
+             ("user", "press sw1", [], {"known_robots": ["panda", "franka"], "robot_statuses": {"panda": "RUNNING"}})]
+    for kind, content, history, attributes in cases:
+        entry = user_input(content, memory={"history": history})
+        entry["instruction"] = {"type": kind, "content": content}
+        entry["attributes"] = {**entry["attributes"], **attributes}
+        situation = Situation.read(AgentInput.model_validate(entry))
+        assert _rule_text(situation) == render_decision(rule_decision(situation))

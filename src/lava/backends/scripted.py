@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..parsing import render_decision
+from ..jsontext import json_text
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL
@@ -64,13 +64,33 @@ def _words(text: str) -> tuple[str, ...]:
 
 def rule_decision(situation: Situation) -> AgentDecision:
     """The scripted rule (module docstring); pure, so tests can state what it must do."""
+    rule = _rule(situation)
+    if isinstance(rule, str):
+        return AgentDecision(say=rule)
+    name, arguments, robot = rule
+    return AgentDecision(tool_calls=[ToolCall(name=name, arguments=arguments, target_robot_name=robot)])
+
+
+def _rule_text(situation: Situation) -> str:
+    """`render_decision(rule_decision(situation))`, without building the models in between: the
+    overhead benchmark answers every input with it."""
+    rule = _rule(situation)
+    if isinstance(rule, str):
+        return json_text({"say": rule})
+    name, arguments, robot = rule
+    return json_text({"tool_calls": [{"robot": robot, "name": name, "arguments": arguments}]})
+
+
+def _rule(situation: Situation) -> str | tuple[str, dict[str, Any], str]:
+    """The rule's answer: a text to say, or one call as (tool, arguments, robot)."""
     history = situation.memory.history
     if situation.instruction.type == "user":
         request, calls_done = situation.instruction.content, 0
     else:
-        last_user = max((i for i, t in enumerate(history) if t.author == "USER"), default=None)
+        # The latest USER turn, searched from the end (the one the max over all indexes finds).
+        last_user = next((i for i in range(len(history) - 1, -1, -1) if history[i].author == "USER"), None)
         if last_user is None:
-            return AgentDecision(say="Done.")
+            return "Done."
         request = history[last_user].content
         calls_done = sum(
             1 for t in history[last_user + 1:] if t.author == "MODEL" and '"action": {}' not in t.content
@@ -89,11 +109,10 @@ def rule_decision(situation: Situation) -> AgentDecision:
     robots = situation.toolbox.robots or ()
     free = [r for r in robots if r not in situation.toolbox.busy] or list(robots)
     if not plan or tool is None or not free:
-        return AgentDecision(say="Understood." if situation.instruction.type == "user" else "Done.")
+        return "Understood." if situation.instruction.type == "user" else "Done."
     if calls_done >= len(plan):
-        return AgentDecision(say="Done.")
-    call = ToolCall(name=tool.name, arguments={tool.params[0].name: plan[calls_done]}, target_robot_name=free[0])
-    return AgentDecision(tool_calls=[call])
+        return "Done."
+    return tool.name, {tool.params[0].name: plan[calls_done]}, free[0]
 
 
 class ScriptedBackend(Backend):
@@ -123,7 +142,7 @@ class ScriptedBackend(Backend):
             if isinstance(entry, list) and entry:
                 entry = entry[candidate % len(entry)]
             return _entry_text(entry)
-        return render_decision(rule_decision(situation))
+        return _rule_text(situation)
 
     def _varies(self, request: GenerationRequest) -> bool:
         """Whether candidates may answer differently: only a script entry listing answers does that."""
