@@ -680,11 +680,14 @@ class MagmaPolicy(Policy):
         seen = set(identifiers(" ".join(results)))
         if not seen:
             return
+        # A value v is a kind of an instance i when i starts with v + "_" or v + "-": when v is one of
+        # the prefixes of the instances cut at a "_" or "-" (one set per turn, not a scan per value).
+        kinds = {i[:k] for i in seen for k, ch in enumerate(i) if ch in "_-"}
         for tool_name, param_name in _object_params(situation.toolbox):
             values = enums.get(tool_name, {}).get(param_name)
             if not values:
                 continue
-            kept = [v for v in values if not any(i.startswith((v + "_", v + "-")) for i in seen)]
+            kept = [v for v in values if v not in kinds]
             if kept and len(kept) < len(values):
                 enums[tool_name][param_name] = kept
 
