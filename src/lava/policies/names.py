@@ -109,14 +109,22 @@ _CLASS_KEY = re.compile(r"class|type|kind|categor", re.I)
 _OBJECT_KEY = re.compile(r"(?:^|_)(?:objects?|items?|packages?|parts?)(?:_|$)", re.I)
 
 
-def _values(attributes: Mapping[str, Any], key: re.Pattern[str]) -> list[str]:
+def _values(attributes: Mapping[str, Any], key: re.Pattern[str], without: re.Pattern[str] | None = None
+            ) -> list[str]:
+    """The string values of the attributes whose name matches `key` (and not `without`)."""
     out: list[str] = []
-    for name, value in attributes.items():
-        if name in ("known_robots", "robot_statuses") or not key.search(name):
-            continue
+    for name in _keys(tuple(attributes), key, without):
+        value = attributes[name]
         items = value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]
         out += [v for v in items if isinstance(v, str) and v.strip()]
     return list(dict.fromkeys(out))
+
+
+@lru_cache(maxsize=TEXT_CACHE_SIZE)
+def _keys(names: tuple[str, ...], key: re.Pattern[str], without: re.Pattern[str] | None) -> tuple[str, ...]:
+    # Every input of a task sends the same attribute names: each is matched once, not every turn.
+    return tuple(name for name in names if name not in ("known_robots", "robot_statuses") and key.search(name)
+                 and not (without is not None and without.search(name)))
 
 
 def location_values(attributes: Mapping[str, Any]) -> list[str]:
@@ -127,7 +135,7 @@ def location_values(attributes: Mapping[str, Any]) -> list[str]:
 
 def object_values(attributes: Mapping[str, Any]) -> list[str]:
     """Object names from the attributes (objects, items, ...), not their classes or types."""
-    return _values({k: v for k, v in attributes.items() if not _CLASS_KEY.search(k)}, _OBJECT_KEY)
+    return _values(attributes, _OBJECT_KEY, without=_CLASS_KEY)
 
 
 @lru_cache(maxsize=TEXT_CACHE_SIZE)
