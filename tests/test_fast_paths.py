@@ -923,3 +923,23 @@ def test_the_scripted_rule_text_is_the_rendered_rule() -> None:
         entry["attributes"] = {**entry["attributes"], **attributes}
         situation = Situation.read(AgentInput.model_validate(entry))
         assert _rule_text(situation) == render_decision(rule_decision(situation))
+
+
+@given(st.dictionaries(st.sampled_from(["objects", "object_types", "item_class", "target_areas", "locations",
+                                        "known_robots", "robot_statuses", "zones", "parts", "Items", "colour"]),
+                       st.one_of(st.lists(st.sampled_from(["a", " ", "b_1", "", 3])), st.text(max_size=3),
+                                 st.dictionaries(st.text(max_size=2), st.sampled_from(["x", "y", 1])))))
+def test_attribute_values_by_key_read_as_the_careful_way(attributes: dict[str, Any]) -> None:
+    def careful(attrs: dict[str, Any], key: Any) -> list[str]:
+        out: list[str] = []
+        for name, value in attrs.items():
+            if name in ("known_robots", "robot_statuses") or not key.search(name):
+                continue
+            items = value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]
+            out += [v for v in items if isinstance(v, str) and v.strip()]
+        return list(dict.fromkeys(out))
+
+    for _ in range(2):
+        assert names_module.location_values(attributes) == careful(attributes, names_module._PLACE_KEY)
+        assert names_module.object_values(attributes) == careful(
+            {k: v for k, v in attributes.items() if not names_module._CLASS_KEY.search(k)}, names_module._OBJECT_KEY)
