@@ -925,6 +925,28 @@ def test_the_scripted_rule_text_is_the_rendered_rule() -> None:
         assert _rule_text(situation) == render_decision(rule_decision(situation))
 
 
+PLAIN_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats(allow_nan=False,
+                                                                                              allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10)
+
+
+@given(st.text(max_size=10), st.lists(st.tuples(st.text(min_size=1, max_size=5), st.dictionaries(
+    st.text(max_size=5), PLAIN_JSON, max_size=3), st.text(min_size=1, max_size=5)), max_size=3))
+def test_model_steps_dump_decisions_as_pydantic_does(say: str, calls: list[Any]) -> None:
+    from lava.policies.base import decision_json
+
+    decision = AgentDecision.model_validate({"say": say, "tool_calls": [
+        {"name": n, "arguments": a, "target_robot_name": r} for n, a, r in calls]})
+    dumped = decision_json(decision)
+    assert json.dumps(dumped) == json.dumps(decision.model_dump(mode="json"))
+    assert dumped == decision.model_dump(mode="json")
+    for call, original in zip(dumped["tool_calls"], decision.tool_calls, strict=True):
+        assert call["arguments"] is not original.arguments  # a copy: steps never share the decision's dicts
+
+
 @given(st.dictionaries(st.sampled_from(["objects", "object_types", "item_class", "target_areas", "locations",
                                         "known_robots", "robot_statuses", "zones", "parts", "Items", "colour"]),
                        st.one_of(st.lists(st.sampled_from(["a", " ", "b_1", "", 3])), st.text(max_size=3),
