@@ -847,7 +847,6 @@ def _careful_steps_named(situation: Any, state: Any) -> list[str]:
 def test_magma_tables_and_shared_enums_decide_as_the_careful_way() -> None:
     from lava.policies import magma
     from lava.policies.demos import roles
-
     from lava.settings import Settings
 
     policy = magma.MagmaPolicy(ScriptedBackend(), Settings(backend="scripted", policy="magma"))
