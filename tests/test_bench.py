@@ -83,6 +83,22 @@ def test_lava_bench_measures_overhead_tokens_and_rss_end_to_end(tmp_path, capsys
     assert "ratio" in printed and "RSS" in printed and "full_history" in printed
 
 
+def test_the_breakdown_attributes_lavas_time_to_its_stages(tmp_path, capsys) -> None:
+    report_file = tmp_path / "bench.json"
+    assert main(["bench", "--only", "breakdown", "--rounds", "5", "--json", str(report_file)]) == 0
+    breakdown = json.loads(report_file.read_text())["breakdown"]
+    stages = breakdown["stages_ms"]
+    assert breakdown["floor_ms"] == pytest.approx(
+        stages["floor: validate (magma_core)"] + stages["floor: encode the answer"])
+    # The engine with an instant policy is the part no policy can remove; each policy adds its own.
+    assert breakdown["engine_alone_ms"] == pytest.approx(
+        stages["engine + instant"] - stages["read the inputs (situations)"])
+    for name in ("magma", "full_history"):
+        assert breakdown["policy_ms"][name] == pytest.approx(stages[f"engine + {name}"] - stages["engine + instant"])
+        assert stages[f"engine + {name}"] > 0
+    assert "where the time goes" in capsys.readouterr().out
+
+
 def test_unknown_sections_are_refused() -> None:
     with pytest.raises(SystemExit, match="unknown section"):
         main(["bench", "--only", "overhead,speed"])

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..settings import Settings
 
-SECTIONS = ("overhead", "model", "tokens", "rss")
+SECTIONS = ("overhead", "breakdown", "model", "tokens", "rss")
 TARGETS = {"overhead_ratio": 2.0, "model_speedup": 3.0, "model_seconds": 45.0, "rss_growth": 0.05,
            "token_growth": 1.5}
 
@@ -56,6 +56,18 @@ def render(report: dict[str, Any]) -> str:
             f"p90 {o['floor']['p90_ms']:7.2f} ms",
             f"   ratio {o['ratio']:.2f}x the floor   (target <= {TARGETS['overhead_ratio']:g}x: "
             f"{_mark(o['ratio'] <= TARGETS['overhead_ratio'])})",
+        ]
+    if "breakdown" in report:
+        b = report["breakdown"]
+        ms = b["stages_ms"]
+        lines += [
+            "", f"1b. where the time goes, in this process (ms per batch, medians of {b['rounds']} alternating rounds)",
+            f"   floor: validate {ms['floor: validate (magma_core)']:.2f} + encode {ms['floor: encode the answer']:.2f}"
+            f" = {b['floor_ms']:.2f}",
+            f"   lava:  read and validate {ms['read and validate the body']:.2f}   read the inputs "
+            f"{ms['read the inputs (situations)']:.2f}   engine (copies, tasks, outputs, metrics) "
+            f"{b['engine_alone_ms']:.2f}   encode {ms['encode the answer']:.2f}",
+            "          policy " + "   ".join(f"{name} {value:.2f}" for name, value in b["policy_ms"].items()),
         ]
     if "model" in report:
         m = report["model"]
@@ -101,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
                                          f"Python {platform.python_version()}"}
     if "overhead" in sections:
         report["overhead"] = measure.server_overhead(fixtures, rounds=args.rounds)
+    if "breakdown" in sections:
+        report["breakdown"] = measure.overhead_breakdown(fixtures, rounds=args.rounds)
     if "model" in sections:
         report["model"] = measure.model_path(fixtures, settings, inputs=args.inputs, candidates=args.candidates,
                                              history=args.history)

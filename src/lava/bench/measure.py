@@ -1,7 +1,8 @@
 """The four measurements of `lava bench`, each taken side by side within one run.
 
 1. server overhead: a GEN-shaped batch through `lava serve` (zero-latency scripted backend)
-   against the floor server (`floor.py`), requests alternating between the two;
+   against the floor server (`floor.py`), requests alternating between the two; and, in
+   process, where lava's part of that time goes (`breakdown`);
 2. model path: the same batch decided by the embedded model, lava's strategy (one prompt
    evaluation per input, shared prefixes, every candidate in one decoding loop) against the
    naive one (each candidate evaluates its whole prompt from an empty cache, one after another);
@@ -121,6 +122,72 @@ def server_overhead(fixtures: Path, *, rounds: int, warmup: int = 20,
                  f"{len(request['inputs'][0]['memory']['history'])}-entry histories, {len(body):,} bytes",
         "answer_bytes": len(answer_bytes), "rounds": rounds, "lava": lava, "floor": floor,
         "ratio": lava["median_ms"] / floor["median_ms"], "policy": Settings().policy, "also": policies,
+    }
+
+
+# -- 1b. where the overhead goes, in process -------------------------------------------------------
+
+class _InstantPolicy:
+    """Answers every candidate at once with one fixed decision: the engine's own cost, alone."""
+
+    name = "instant"
+
+    def __init__(self) -> None:
+        from ..protocol import AgentDecision
+
+        self.decision = AgentDecision(say="Done.")
+
+    async def decide(self, situation: Any, memories: list[dict[str, Any]]) -> list[Any]:
+        from ..policies import CandidateResult
+
+        return [CandidateResult(decision=self.decision, memory=memory) for memory in memories]
+
+
+def overhead_breakdown(fixtures: Path, *, rounds: int, policies: tuple[str, ...] = ("magma", "full_history")
+                       ) -> dict[str, Any]:
+    """The GEN batch's stages timed in this process, all in one alternating loop (medians, ms per
+    batch): what lava does beyond the floor's two steps, and which part of it is the policy's."""
+    from magma_core.protocol.agent import AgentRequest as MagmaRequest
+
+    from ..app import create_app, encode_json, parse_request
+    from ..engine import Engine, read_situations
+
+    body = orjson.dumps(gen_batch(fixtures))
+    request = parse_request(body)
+    engines = {name: create_app(Settings(backend="scripted", policy=name)).state.runtime.engine
+               for name in policies}
+    limits = next(iter(engines.values())).limits
+    engines["instant"] = Engine(_InstantPolicy(), limits)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    answer = loop.run_until_complete(engines[policies[0]].respond(request))
+    stages: dict[str, Callable[[], Any]] = {
+        "floor: validate (magma_core)": lambda: MagmaRequest.model_validate_json(body),
+        "floor: encode the answer": lambda: orjson.dumps(answer),
+        "read and validate the body": lambda: parse_request(body),
+        "read the inputs (situations)": lambda: read_situations(request, limits),
+        "encode the answer": lambda: encode_json(answer),
+        **{f"engine + {name}": (lambda e=engine: loop.run_until_complete(e.respond(request)))
+           for name, engine in engines.items()},
+    }
+    times: dict[str, list[float]] = {label: [] for label in stages}
+    try:
+        for round_ in range(rounds + 20):
+            for label, stage in stages.items():
+                started = time.perf_counter()
+                stage()
+                if round_ >= 20:
+                    times[label].append(time.perf_counter() - started)
+    finally:
+        loop.close()
+    ms = {label: statistics.median(values) * 1000 for label, values in times.items()}
+    situations = ms["read the inputs (situations)"]
+    engine_alone = ms["engine + instant"] - situations
+    return {
+        "rounds": rounds,
+        "floor_ms": ms["floor: validate (magma_core)"] + ms["floor: encode the answer"],
+        "stages_ms": ms,
+        "engine_alone_ms": engine_alone,  # copies, tasks, outputs, metrics: no policy work
+        "policy_ms": {name: ms[f"engine + {name}"] - ms["engine + instant"] for name in policies},
     }
 
 
@@ -302,4 +369,4 @@ def model_path(fixtures: Path, settings: Settings, *, inputs: int, candidates: i
     }
 
 
-__all__ = ["model_path", "prompt_tokens", "rss_growth", "server_overhead"]
+__all__ = ["model_path", "overhead_breakdown", "prompt_tokens", "rss_growth", "server_overhead"]
