@@ -82,7 +82,21 @@ def named_tools(text: str, toolbox: ToolBox) -> list[ToolSpec]:
                 continue
             if (exact and token.lower() == tool.name.lower()) or keys.get(tool.name, set()) & subwords:
                 first[tool.name] = match.start()
+        if exact and toolbox.get(token) is None and (renamed := _renamed_tool(token, toolbox, first)) is not None:
+            first[renamed.name] = match.start()
     return sorted((t for t in toolbox.tools if t.name in first), key=lambda t: first[t.name])
+
+
+def _renamed_tool(quoted: str, toolbox: ToolBox, named: Mapping[str, int]) -> ToolSpec | None:
+    """The tool a rule quotes by a name no tool has: MAGMA-GEN renames tools but not the rules that
+    quote them ("then use 'wash'" for a start_cycle that "Start[s] the washing machine"). It is the
+    one tool not named yet whose name or description has the quoted word; none when that is not one."""
+    word = norm(quoted)
+    if not word or word in _NVERBS or word in _STOP:
+        return None
+    matches = [t for t in toolbox.tools if t.name != CANCEL_TOOL and t.name not in named
+               and word in {norm(w) for w in _TOKEN.findall(f"{' '.join(_parts(t.name))} {t.description}")}]
+    return matches[0] if len(matches) == 1 else None
 
 
 def procedure(rules: Sequence[str], toolbox: ToolBox) -> tuple[list[ToolSpec], str] | None:
