@@ -16,7 +16,7 @@ from conftest import user_input
 from lava.backends.base import GenerationRequest
 from lava.backends.scripted import FunctionBackend
 from lava.engine import Engine
-from lava.policies.halls import class_of, hall_tools, read_detection, read_goal
+from lava.policies.halls import _counted, class_of, hall_tools, read_detection, read_goal
 from lava.policies.magma import MagmaPolicy
 from lava.protocol import AgentRequest
 from lava.settings import Settings
@@ -234,3 +234,5 @@ def test_goals_are_read_from_the_request_forms() -> None:
     assert read_goal("Change of plan: deliver that book to Hall2 instead.", [], HALLS, CLASSES) is None
     assert read_goal("Which storage halls are assigned to book?", [], HALLS, CLASSES) is None
     assert class_of("backpack_2", CLASSES) == "backpack"
+    # Counts in words up to ten, as the other goal readers take them.
+    assert _counted("seven books, ten pens and 2 packages", CLASSES) == {"book": 7, "pen": 10, "package": 2}

@@ -26,7 +26,8 @@ from .scene import where
 
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
            "eight": 8, "nine": 9, "ten": 10}
-_COUNT = r"(?P<count>\d+|" + "|".join(_COUNTS) + r")"
+NUMBER = r"(?:\d+|" + "|".join(_COUNTS) + r")"  # a count in digits or words ("2", "two", "a")
+_COUNT = rf"(?P<count>{NUMBER})"
 _PHRASE = r"[A-Za-z][\w\s-]*?"
 _END = r"(?=\s*(?:[.,;:!]|$|\band\b|\bthen\b))"
 _MOVE = re.compile(rf"\b(?:move|bring|transfer|put|place|take)\s+{_COUNT}\s+(?P<what>{_PHRASE})\s+from\s+(?:the\s+)?"
@@ -69,7 +70,8 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def _count(text: str) -> int:
+def number(text: str) -> int:
+    """The value of a count `NUMBER` matched."""
     return int(text) if text.isdigit() else _COUNTS[text.lower()]
 
 
@@ -146,7 +148,7 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
         source = place_named(match["source"], places)
         if target is None or source is None:
             return None  # a move we cannot place: the model decides
-        moves += [Move(frozenset(words(match["what"])), source, target)] * _count(match["count"])
+        moves += [Move(frozenset(words(match["what"])), source, target)] * number(match["count"])
     if moves:
         return Goal(moves=moves)
     if (phrase := cleared(request)) is not None and (place := place_named(phrase, places)) is not None:
@@ -164,7 +166,7 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
         target = place_named(match["target"], places)
         if target is None:
             return None
-        goal.keep.append((_count(match["count"]), frozenset(words(match["what"])), target))
+        goal.keep.append((number(match["count"]), frozenset(words(match["what"])), target))
     for rule in rules:
         match = _FIRST.search(rule)
         if match and not _FORGET.search(rule):
@@ -313,7 +315,7 @@ def additions(request: str, places: Iterable[str]) -> tuple[str, list[tuple[int,
         return None
     asked = words(request)
     named = list(dict.fromkeys(p for p in places if words(p) and words(p) <= asked))
-    items = [(_count(m["count"]), next(iter(words(m["what"])), m["what"])) for m in _ITEM.finditer(request)]
+    items = [(number(m["count"]), next(iter(words(m["what"])), m["what"])) for m in _ITEM.finditer(request)]
     return (named[0], items) if len(named) == 1 and items else None
 
 
@@ -400,6 +402,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
 
 
 __all__ = [
+    "NUMBER",
     "Goal",
     "Move",
     "Step",
@@ -408,6 +411,7 @@ __all__ = [
     "cleared",
     "home",
     "next_step",
+    "number",
     "place_named",
     "read_assignment",
     "read_goal",

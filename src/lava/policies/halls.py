@@ -33,13 +33,13 @@ from typing import Any
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
+from .goals import NUMBER, number
 from .task_state import TaskState, read_results
 
 TRAY_CAPACITY = 4  # until a refusal says otherwise ("The tray is full. It supports only 4 objects.")
 HALL_CAPACITY = 4  # tables hold a 2x2 grid; "No free place on Hall3." lowers it for that hall
 
-_COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
-_NUM = r"(\d+|" + "|".join(_COUNTS) + r")"
+_NUM = rf"({NUMBER})"
 
 # -- recognising the tools -------------------------------------------------------------------
 
@@ -142,8 +142,7 @@ def _counted(text: str, classes: Sequence[str]) -> dict[str, int]:
     for c in classes:
         m = re.search(rf"\b{_NUM}\s+{re.escape(c)}(?:s|es)?\b", text, re.I)
         if m:
-            n = m.group(1).lower()
-            out[c] = int(n) if n.isdigit() else _COUNTS[n]
+            out[c] = number(m.group(1))
     return out
 
 
