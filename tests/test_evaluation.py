@@ -54,9 +54,37 @@ def _bench(tmp_path: Path, *episodes: tuple[str, str]) -> BenchResult:
     return result
 
 
-def test_episodes_the_infrastructure_ended_are_listed_as_failures(tmp_path: Path) -> None:
-    """MAGMA-BENCH writes no episode file for an episode its planner gave up on, only a line in
-    result.json (as in delivery_box on the local planner): the report still counts and names it."""
+def test_every_episode_of_a_partial_scenario_is_listed(tmp_path: Path) -> None:
+    """A scenario with an episode the planner gave up on is "partial": MAGMA-BENCH writes no episode
+    file for any of its episodes, solved ones included, only the progress log and, for the failures,
+    result.json (delivery_box on the local planner). The report still counts and names each one."""
+    import json
+
+    (tmp_path / "result.json").write_text(json.dumps({"partial_scenario_ids": ["delivery_box"], "infrastructure_failures": [
+        {"scenario_id": "delivery_box", "episode_id": f"delivery_box-00{i}-clean",
+         "reason": "Planner error exceeded 3 retries."} for i in (0, 1)]}))
+    attempt = ("2026-12-03T19:27:40 | WARNING | EPISODE_COMPLETED episode=delivery_box-00{i}-clean success={ok} "
+               "status={status} duration_seconds=20.1 reason={reason}")
+    (tmp_path / "progress.log").write_text("\n".join([
+        "2026-12-03T19:27:20 | INFO | EPISODE_STARTED episode=delivery_box-000-clean",
+        *(attempt.format(i=0, ok=False, status="infrastructure_failure", reason="Planner error exceeded 3 retries.")
+          for _ in range(3)),  # MAGMA-BENCH retries an infrastructure failure
+        attempt.format(i=1, ok=False, status="infrastructure_failure", reason="Planner error exceeded 3 retries."),
+        attempt.format(i=2, ok=True, status="success", reason=""),
+        "2026-12-03T19:29:23 | WARNING | SCENARIO_PARTIAL scenario=delivery_box reason=infrastructure_failure",
+    ]) + "\n")
+    result = BenchResult.read(tmp_path, 0, 10.0)
+    assert sorted((e.episode_id, e.status, e.success) for e in result.episodes) == [
+        ("delivery_box-000-clean", "infrastructure_failure", False),
+        ("delivery_box-001-clean", "infrastructure_failure", False),
+        ("delivery_box-002-clean", "success", True)]
+    report = ScenarioReport("delivery_box")
+    _add_result(report, result, 4, 2.0)
+    assert (report.episodes, report.successes) == (3, 1)
+    assert "infrastructure_failure 2" in render_table([ConfigReport(AgentConfig("lava", ()), [report])])
+
+
+def test_an_infrastructure_failure_only_result_json_names_is_listed_too(tmp_path: Path) -> None:
     import json
 
     episodes = tmp_path / "scenarios" / "delivery_box" / "episodes"
@@ -64,16 +92,10 @@ def test_episodes_the_infrastructure_ended_are_listed_as_failures(tmp_path: Path
     (episodes / "delivery_box-002-clean.json").write_text(json.dumps(
         {"episode_id": "delivery_box-002-clean", "success": True, "terminal": {"status": "success"}, "trace": []}))
     (tmp_path / "result.json").write_text(json.dumps({"infrastructure_failures": [
-        {"scenario_id": "delivery_box", "episode_id": f"delivery_box-00{i}-clean",
-         "reason": "Planner error exceeded 3 retries."} for i in (0, 1)]}))
+        {"scenario_id": "delivery_box", "episode_id": "delivery_box-000-clean", "reason": "Planner error."}]}))
     result = BenchResult.read(tmp_path, 0, 10.0)
     assert sorted((e.episode_id, e.status) for e in result.episodes) == [
-        ("delivery_box-000-clean", "infrastructure_failure"), ("delivery_box-001-clean", "infrastructure_failure"),
-        ("delivery_box-002-clean", "success")]
-    report = ScenarioReport("delivery_box")
-    _add_result(report, result, 4, 2.0)
-    assert (report.episodes, report.successes) == (3, 1)
-    assert "infrastructure_failure 2" in render_table([ConfigReport(AgentConfig("lava", ()), [report])])
+        ("delivery_box-000-clean", "infrastructure_failure"), ("delivery_box-002-clean", "success")]
 
 
 def test_results_of_several_roots_are_reported_as_one_scenario(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -173,6 +174,10 @@ class Episode:
     trace_path: Path
 
 
+_COMPLETED = re.compile(r"EPISODE_COMPLETED episode=(?P<episode>\S+) success=(?P<success>\w+) "
+                        r"status=(?P<status>\S+)(?: duration_seconds=\S+)? reason=(?P<reason>.*)$", re.M)
+
+
 @dataclass
 class BenchResult:
     returncode: int
@@ -200,23 +205,28 @@ class BenchResult:
                 agent_turns=sum(1 for event in trace if event.get("kind") == "agent_answer"),
                 trace_path=path,
             ))
-        # An episode the infrastructure ended (the motion planner gave up) leaves no episode file,
-        # only a line in result.json; it is still an episode that was not solved, so it is listed.
+        # A scenario with an episode the infrastructure ended (the motion planner gave up) is
+        # "partial": MAGMA-BENCH writes no episode file for any of its episodes, solved ones
+        # included. Their outcomes are still in the progress log (the last attempt of each), and
+        # the infrastructure failures in result.json: every episode that ran is listed.
         recorded = {episode.episode_id for episode in out.episodes}
+        scenario = next(iter(out.summary.get("partial_scenario_ids") or []), results.name)
+        unrecorded: dict[str, Episode] = {}
+        progress = results / "progress.log"
+        for match in _COMPLETED.finditer(progress.read_text() if progress.is_file() else ""):
+            if match["episode"] not in recorded:
+                unrecorded[match["episode"]] = Episode(
+                    episode_id=match["episode"], scenario=scenario, status=match["status"],
+                    success=match["success"] == "True", reason=match["reason"].strip(), agent_turns=0,
+                    trace_path=progress)
         for failure in out.summary.get("infrastructure_failures") or []:
             episode_id = str(failure.get("episode_id", ""))
-            if not episode_id or episode_id in recorded:
-                continue
-            recorded.add(episode_id)
-            out.episodes.append(Episode(
-                episode_id=episode_id,
-                scenario=str(failure.get("scenario_id", "")),
-                status="infrastructure_failure",
-                success=False,
-                reason=str(failure.get("reason") or ""),
-                agent_turns=0,
-                trace_path=result_file,
-            ))
+            if episode_id and episode_id not in recorded and episode_id not in unrecorded:
+                unrecorded[episode_id] = Episode(
+                    episode_id=episode_id, scenario=str(failure.get("scenario_id", scenario)),
+                    status="infrastructure_failure", success=False, reason=str(failure.get("reason") or ""),
+                    agent_turns=0, trace_path=result_file)
+        out.episodes += unrecorded.values()
         return out
 
     def statuses(self) -> dict[str, int]:
