@@ -60,9 +60,10 @@ def test_every_episode_of_a_partial_scenario_is_listed(tmp_path: Path) -> None:
     result.json (delivery_box on the local planner). The report still counts and names each one."""
     import json
 
-    (tmp_path / "result.json").write_text(json.dumps({"partial_scenario_ids": ["delivery_box"], "infrastructure_failures": [
-        {"scenario_id": "delivery_box", "episode_id": f"delivery_box-00{i}-clean",
-         "reason": "Planner error exceeded 3 retries."} for i in (0, 1)]}))
+    failures = [{"scenario_id": "delivery_box", "episode_id": f"delivery_box-00{i}-clean",
+                 "reason": "Planner error exceeded 3 retries."} for i in (0, 1)]
+    (tmp_path / "result.json").write_text(json.dumps({"partial_scenario_ids": ["delivery_box"],
+                                                      "infrastructure_failures": failures}))
     attempt = ("2026-12-03T19:27:40 | WARNING | EPISODE_COMPLETED episode=delivery_box-00{i}-clean success={ok} "
                "status={status} duration_seconds=20.1 reason={reason}")
     (tmp_path / "progress.log").write_text("\n".join([
