@@ -351,6 +351,38 @@ def test_table_cleaning_002_the_model_only_chooses_which_kind_an_unknown_word_me
     assert acknowledged(said[0], rule) and said[1]
 
 
+def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> None:
+    """MAGMA's SetTable preset ("Set 1 orange, 1 bowl, 1 mug on the table please."): every object has a
+    target, and each PlaceObjectsStage wants one more of them there. On the table: a dirty mug (to the
+    washing machine, so another mug is brought) and a mango the request does not want (to storage).
+    Fifteen calls in all, the figure MAGMA-BENCH plans for it."""
+    targets = {"mug_2": "washing_machine", "mango_1": "food_storage", "orange_1": "table", "bowl_1": "table",
+               "mug_1": "table", "orange_2": "food_storage"}
+
+    def placed(count: int) -> Callable[[Kitchen], bool]:
+        return lambda k: sum(thing in k.places[place] for thing, place in targets.items()) >= count
+
+    def model(req: GenerationRequest) -> list[str]:
+        # Only where the mango goes is left open: no other mango shows its place.
+        assert req.component == "commander" and "holding: mango_1" in req.messages[-1].content
+        call = {"robot": "panda", "name": "put", "arguments": {"target": "food_storage"}}
+        return [json.dumps({"tool_calls": [call]})] * req.n
+
+    world = Kitchen({"table": ["mango_1", "mug_2", "sponge"], "food_storage": ["orange_1", "orange_2"],
+                     "dish_storage": ["bowl_1", "mug_1"]}, dirty=("mug_2",))
+    request = "Set 1 orange, 1 bowl, 1 mug on the table please."
+    said, asked = episode(world, [
+        Stage(request, placed(2), budget=4),
+        *(Stage(None, placed(n), budget=4) for n in (3, 4, 5)),
+        Stage(None, placed(6), budget=4, answer=True),
+    ], KITCHEN_RULES, model)
+    assert world.puts == [("mango_1", "food_storage"), ("mug_2", "washing_machine"), ("orange_1", "table"),
+                          ("bowl_1", "table"), ("mug_1", "table")]
+    assert len(world.calls) == 16  # a look, then take, inspect and put for each of the five
+    assert len(asked) == 1  # the mango's place only
+    assert said[-1]
+
+
 # -- pure helpers --
 
 def test_assignment_goal_reads_rules_requests_withdrawals_and_order() -> None:

@@ -39,6 +39,7 @@ from .commander import Commander, Proposal
 from .demos import _PUT, finisher, pick_and_place_demo, roles
 from .demos import _TAKE as _TAKE_VERB
 from .goals import (
+    NUMBER,
     additions,
     assignment_goal,
     cleared,
@@ -79,6 +80,8 @@ HISTORY_WINDOW = 12
 _AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|when) you have finished|as well|also|"
                     r"this (?:tray|order|package|box))\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
+# "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
+_SET_ITEMS = re.compile(rf"^\s*(?:please\s+)?set\s+{NUMBER}\s", re.I)
 _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)
 DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
 RESAMPLE_ROUNDS = 2
@@ -383,20 +386,44 @@ class MagmaPolicy(Policy):
 
     def add_step(self, situation: Situation, state: TaskState, rules: list[str], check: ToolSpec | None,
                  robot: str) -> AgentDecision | None:
-        """"Set 1 apple, 1 plate on the table": bring what is missing there, one object at a time."""
+        """"Set 1 apple, 1 plate on the table": bring what is missing there, one object at a time.
+        Said that way (the items first, MAGMA's SetTable preset), it is the whole arrangement: every
+        object has its place, so what lies on the table first is taken, inspected when a rule asks,
+        and put back only when it is a clean one the request wants; the rest goes where it belongs."""
         _, take, put = roles(situation.toolbox)
         wanted = additions(state.request, [*state.scene, *location_values(situation.attributes)])
         if wanted is None or take is None or put is None:
             return None
         place, items = wanted
-        if state.held:
-            if check is not None and state.condition is None and check.name in " ".join(rules):
-                return _call(check, robot)
-            target = place if state.condition != "dirty" else routed(state.held, "dirty", state.scene, rules)
-            return _call(put, robot, target) if target else None
-        moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+        exact = _SET_ITEMS.match(state.request) is not None
+        counts: dict[str, int] = {}
         for count, word in items:
             kind = state.aliases.get(word, word)
+            counts[kind] = counts.get(kind, 0) + count
+        inspecting = check is not None and check.name in " ".join(rules)
+        if state.held:
+            if inspecting and state.condition is None:
+                return _call(check, robot)
+            if state.condition == "dirty":
+                target = routed(state.held, "dirty", state.scene, rules)
+            elif not exact or sum(stem(t) == stem(state.held) for t in state.scene.get(place, [])) < counts.get(
+                    stem(state.held), 0):
+                target = place
+            else:  # not wanted there (or enough of its kind already): its own place, else the model's choice
+                target = routed(state.held, state.condition, state.scene, rules, exclude=(place,))
+            return _call(put, robot, target) if target else None
+        moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
+        if exact:
+            kept: dict[str, int] = {}
+            ruled = words(" ".join(rules))  # what a rule uses there (the sponge) stays
+            for thing in state.scene.get(place, []):
+                kind = stem(thing)
+                if kind in ruled:
+                    continue
+                kept[kind] = kept.get(kind, 0) + 1
+                if thing not in moved and (inspecting or kept[kind] > counts.get(kind, 0)):
+                    return _call(take, robot, thing)
+        for kind, count in counts.items():
             have = [t for t in state.scene.get(place, []) if stem(t) == kind]
             if len(have) >= count:
                 continue
@@ -414,7 +441,9 @@ class MagmaPolicy(Policy):
         wanted = additions(state.request, [*state.scene, *location_values(situation.attributes)])
         if wanted is None:
             return []
-        kinds = sorted({stem(t) for ts in state.scene.values() for t in ts})
+        # What the robot holds is in no place of the scene, but it is still an object of its kind.
+        held = {stem(state.held)} if state.held else set()
+        kinds = sorted({stem(t) for ts in state.scene.values() for t in ts} | held)
         steps = []
         for _, word in wanted[1]:
             if word in kinds or word in state.aliases:
