@@ -353,11 +353,11 @@ def test_table_cleaning_002_the_model_only_chooses_which_kind_an_unknown_word_me
 
 def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> None:
     """MAGMA's SetTable preset ("Set 1 orange, 1 bowl, 1 mug on the table please."): every object has a
-    target, and each PlaceObjectsStage wants one more of them there. On the table: a dirty mug (to the
-    washing machine, so another mug is brought) and a mango the request does not want (to storage).
-    Fifteen calls in all, the figure MAGMA-BENCH plans for it."""
-    targets = {"mug_2": "washing_machine", "mango_1": "food_storage", "orange_1": "table", "bowl_1": "table",
-               "mug_1": "table", "orange_2": "food_storage"}
+    target, and each PlaceObjectsStage wants one more of them there. On the table: a mug the request
+    wants (it stays) and a mango it does not (to storage, inspected first as the rule says); an orange
+    and a bowl come from storage."""
+    targets = {"mug_2": "table", "mango_1": "food_storage", "orange_1": "table", "bowl_1": "table",
+               "mug_1": "dish_storage", "orange_2": "food_storage"}
 
     def placed(count: int) -> Callable[[Kitchen], bool]:
         return lambda k: sum(thing in k.places[place] for thing, place in targets.items()) >= count
@@ -369,16 +369,14 @@ def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> No
         return [json.dumps({"tool_calls": [call]})] * req.n
 
     world = Kitchen({"table": ["mango_1", "mug_2", "sponge"], "food_storage": ["orange_1", "orange_2"],
-                     "dish_storage": ["bowl_1", "mug_1"]}, dirty=("mug_2",))
-    request = "Set 1 orange, 1 bowl, 1 mug on the table please."
+                     "dish_storage": ["bowl_1", "mug_1"]})
     said, asked = episode(world, [
-        Stage(request, placed(2), budget=4),
-        *(Stage(None, placed(n), budget=4) for n in (3, 4, 5)),
+        Stage("Set 1 orange, 1 bowl, 1 mug on the table please.", placed(4), budget=4),  # 3 correct at first
+        Stage(None, placed(5), budget=4),
         Stage(None, placed(6), budget=4, answer=True),
     ], KITCHEN_RULES, model)
-    assert world.puts == [("mango_1", "food_storage"), ("mug_2", "washing_machine"), ("orange_1", "table"),
-                          ("bowl_1", "table"), ("mug_1", "table")]
-    assert len(world.calls) == 16  # a look, then take, inspect and put for each of the five
+    assert world.puts == [("mango_1", "food_storage"), ("orange_1", "table"), ("bowl_1", "table")]
+    assert len(world.calls) == 10  # a look, then take, inspect and put for each of the three
     assert len(asked) == 1  # the mango's place only
     assert said[-1]
 
