@@ -99,6 +99,23 @@ def test_an_infrastructure_failure_only_result_json_names_is_listed_too(tmp_path
         ("delivery_box-000-clean", "infrastructure_failure"), ("delivery_box-002-clean", "success")]
 
 
+def test_progress_counts_an_episode_once_whatever_its_attempts() -> None:
+    import io
+
+    from lava.evaluation.runner import Progress
+
+    stream = io.StringIO()
+    progress = Progress(3, stream)
+    line = "| EPISODE_COMPLETED episode={} success={} status={} duration_seconds=20.1 reason="
+    attempts = [("db-000", False, "infrastructure_failure"), ("db-000", False, "infrastructure_failure"),
+                ("db-001", True, "success"), ("db-000", True, "success")]
+    for episode, ok, status in attempts:
+        progress.episode("lava", line.format(episode, ok, status))
+    assert (progress.done, progress.successes) == (2, 2)
+    assert stream.getvalue().splitlines()[-1].startswith("[" + "#" * 20)
+    assert "2/3 episodes, 2 solved" in stream.getvalue().splitlines()[-1]
+
+
 def test_results_of_several_roots_are_reported_as_one_scenario(tmp_path: Path) -> None:
     report = ScenarioReport("color_sorting")
     _add_result(report, _bench(tmp_path, ("cs-000", "success"), ("cs-002", "budget_exceeded")), 8, 4.0)

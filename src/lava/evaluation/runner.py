@@ -82,11 +82,14 @@ class Progress:
     def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
         self.total, self.done, self.successes, self.stream = total, 0, 0, stream
         self.tty = stream.isatty()
+        self.outcomes: dict[tuple[str, str], bool] = {}
 
     def episode(self, label: str, line: str) -> None:
-        self.done += 1
-        success = "success=True" in line
-        self.successes += success
+        # MAGMA-BENCH retries an episode the infrastructure ended, a line per attempt: an episode
+        # counts once, with its latest outcome.
+        episode = re.search(r"episode=(\S+)", line)
+        self.outcomes[(label, episode.group(1) if episode else f"#{len(self.outcomes)}")] = "success=True" in line
+        self.done, self.successes = len(self.outcomes), sum(self.outcomes.values())
         status = re.search(r"status=(\S+)", line)
         width = 30
         filled = int(width * self.done / max(1, self.total))
