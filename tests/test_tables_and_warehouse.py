@@ -363,10 +363,10 @@ def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> No
         return lambda k: sum(thing in k.places[place] for thing, place in targets.items()) >= count
 
     def model(req: GenerationRequest) -> list[str]:
-        # Only where the mango goes is left open: no other mango shows its place.
-        assert req.component == "commander" and "holding: mango_1" in req.messages[-1].content
-        call = {"robot": "panda", "name": "put", "arguments": {"target": "food_storage"}}
-        return [json.dumps({"tool_calls": [call]})] * req.n
+        # Only the mango's class is left open (no other mango shows its place); the rules route it.
+        assert req.component == "classes", req.component
+        assert req.messages[-1].content == "Which of these classes is a mango: food, dishware?"
+        return ['{"class": "food"}'] * req.n
 
     world = Kitchen({"table": ["mango_1", "mug_2", "sponge"], "food_storage": ["orange_1", "orange_2"],
                      "dish_storage": ["bowl_1", "mug_1"]})
@@ -377,7 +377,7 @@ def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> No
     ], KITCHEN_RULES, model)
     assert world.puts == [("mango_1", "food_storage"), ("orange_1", "table"), ("bowl_1", "table")]
     assert len(world.calls) == 10  # a look, then take, inspect and put for each of the three
-    assert len(asked) == 1  # the mango's place only
+    assert len(asked) == 1  # the mango's class only
     assert said[-1]
 
 
@@ -422,6 +422,13 @@ def test_routed_sends_a_dirty_object_where_the_rule_for_its_class_says() -> None
     assert routed("mango_3", "dirty", TC000, KITCHEN_RULES) == "trashcan"
     assert routed("goblet_2", "dirty", TC000, []) == "dish_storage"  # no rule: its home
     assert routed("sponge", "dirty", TC000, KITCHEN_RULES) is None  # no home to start from
+    # Without a sibling, the class (when known) and the rules say it; not inspected counts as clean.
+    assert routed("bowl_1", None, TC000, KITCHEN_RULES, cls="dishware") == "dish_storage"
+    assert routed("bowl_1", "dirty", TC000, KITCHEN_RULES, cls="dishware") == "washing_machine"
+    assert routed("kiwi_1", "clean", TC000, KITCHEN_RULES, cls="food") == "food_storage"
+    assert routed("kiwi_1", "clean", TC000, KITCHEN_RULES, exclude=("food_storage",), cls="food") is None
+    assert routed("kiwi_1", "clean", TC000, KITCHEN_RULES, cls="toys") is None
+    assert routed("goblet_2", "dirty", TC000, KITCHEN_RULES, cls="food") == "washing_machine"  # a sibling wins
 
 
 def test_recipe_gives_the_ordered_clauses_of_the_rule_for_the_request() -> None:

@@ -222,10 +222,15 @@ def routes(rules: Sequence[str]) -> dict[tuple[str, str], str]:
 
 
 def routed(thing: str, condition: str | None, scene: Mapping[str, Sequence[str]], rules: Sequence[str],
-           exclude: Iterable[str] = ()) -> str | None:
+           exclude: Iterable[str] = (), cls: str | None = None) -> str | None:
     """Where a held object goes: its sibling home, unless an inspection said it is in another state and
-    a rule routes that state of its class elsewhere (the class is the one whose clean place is home)."""
+    a rule routes that state of its class elsewhere (the class is the one whose clean place is home).
+    Without a sibling, `cls` (its class, when known) and the rules say it ("clean dishware in
+    dish_storage"); an object not inspected counts as clean."""
     home = sibling_home(thing, scene, exclude)
+    if home is None and cls is not None:
+        place = routes(rules).get((condition or "clean", cls))
+        return place if place not in set(exclude) else None
     if condition is None or home is None:
         return home
     table = routes(rules)

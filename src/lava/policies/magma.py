@@ -47,6 +47,8 @@ from .goals import (
     read_goal,
     recipe,
     routed,
+    routes,
+    sibling_home,
     stem,
     unavailable,
     words,
@@ -333,7 +335,8 @@ class MagmaPolicy(Policy):
             return _call(check, robot)  # a rule asks to inspect before choosing where it goes
         step = next_step(goal, state.scene, state.held, puts_done, moved)
         if step is not None and step.action == "put" and state.held and goal.clear is not None:
-            step = type(step)("put", routed(state.held, state.condition, state.scene, rules, exclude=(goal.clear,))
+            step = type(step)("put", routed(state.held, state.condition, state.scene, rules, exclude=(goal.clear,),
+                                            cls=state.classes.get(stem(state.held)))
                               or step.value)
         if step is None:
             if observe is not None and not looked_last:
@@ -407,12 +410,13 @@ class MagmaPolicy(Policy):
             if inspecting and state.condition is None:
                 return _call(check, robot)
             if state.condition == "dirty":
-                target = routed(state.held, "dirty", state.scene, rules)
+                target = routed(state.held, "dirty", state.scene, rules, cls=state.classes.get(stem(state.held)))
             elif not exact or sum(stem(t) == stem(state.held) for t in state.scene.get(place, [])) < counts.get(
                     stem(state.held), 0):
                 target = place
             else:  # not wanted there (or enough of its kind already): its own place, else the model's choice
-                target = routed(state.held, state.condition, state.scene, rules, exclude=(place,))
+                target = routed(state.held, state.condition, state.scene, rules, exclude=(place,),
+                                cls=state.classes.get(stem(state.held)))
             return _call(put, robot, target) if target else None
         moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
         if exact:
@@ -468,6 +472,34 @@ class MagmaPolicy(Policy):
                 state.aliases = {**state.aliases, word: kind}
             steps.append(model_step(0, request, completion, input_elements={"word": word}))
         return steps
+
+    async def classify_held(self, situation: Situation, state: TaskState) -> dict[str, Any] | None:
+        """The class of the held object ("food" or "dishware" for a mug), as one constrained model
+        choice, when rules route by class ("clean dishware in dish_storage") and no other object of
+        its type shows its place. A small model names a mug's class far more reliably than it picks
+        the mug's storage among every place."""
+        if state.held is None or state.scene is None or stem(state.held) in state.classes:
+            return None
+        rules = [*situation.memory.memory_list, *state.rules]
+        places = {*state.scene, *location_values(situation.attributes)}
+        classes = list(dict.fromkeys(cls for (_, cls), place in routes(rules).items() if place in places))
+        if len(classes) < 2 or sibling_home(state.held, state.scene) is not None:
+            return None
+        kind = stem(state.held)
+        request = GenerationRequest(
+            messages=(Message("user", f"Which of these classes is a {kind.replace('_', ' ')}: {', '.join(classes)}?"),),
+            n=1, greedy=True, max_tokens=16, seed=self.settings.seed,
+            json_schema={"type": "object", "properties": {"class": {"enum": classes}}, "required": ["class"]},
+            situation=situation, component="classes")
+        (completion,) = await self.backend.generate(request)
+        try:
+            cls = json.loads(strip_reasoning(completion.text)).get("class")
+        except (ValueError, AttributeError):
+            cls = None
+        if cls not in classes:
+            return None
+        state.classes = {**state.classes, kind: cls}
+        return model_step(0, request, completion, input_elements={"object": state.held})
 
     @staticmethod
     def looked_last(situation: Situation, state: TaskState) -> bool:
@@ -811,6 +843,13 @@ class MagmaPolicy(Policy):
                                       or self.pick_and_place(situation, state)) is not None:
             return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
                     for memory in memories]
+        if state.intent == "act" and (step := await self.classify_held(situation, state)) is not None:
+            # Where the held object goes was the model's open choice; its class, with the rules, says it.
+            step["id"] = f"step-{len(shared_steps)}"
+            shared_steps.append(step)
+            if (decision := self.pick_and_place(situation, state)) is not None:
+                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                        for memory in memories]
 
         first = len(shared_steps)
         if state.intent == "answer":

@@ -95,6 +95,7 @@ class TaskState:
     held: str | None = None
     held_from: str | None = None  # where the held object was taken from: putting it back undoes the take
     aliases: dict[str, str] = field(default_factory=dict)  # request word -> object type in the scene
+    classes: dict[str, str] = field(default_factory=dict)  # object type -> the class rules route ("mug" -> "dishware")
     condition: str | None = None  # what an inspection said of the held object ("dirty", "clean")
     # Calls refused since the world last changed, with the reason: never worth repeating.
     failed: list[dict[str, Any]] = field(default_factory=list)
