@@ -22,6 +22,7 @@ import functools
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from ..backends.base import Backend, GenerationRequest, Message
@@ -326,7 +327,7 @@ class MagmaPolicy(Policy):
         if goal is None:
             if (steps := self.recipe_steps(situation, state, rules)) is not None:
                 return steps
-            return self.add_step(situation, state, rules, check, robot)
+            return self.add_step(situation, state, rules, check, robot, moved)
         # Inspecting costs a call per object; a clearing stage's budget (MAGMA: 5 calls for two
         # objects) has room for looking and moving only, so only other goals inspect first.
         if (goal.clear is None and check is not None and state.held and state.condition is None
@@ -388,7 +389,7 @@ class MagmaPolicy(Policy):
         return _call(tool, (situation.toolbox.robots or ("robot",))[0], value)
 
     def add_step(self, situation: Situation, state: TaskState, rules: list[str], check: ToolSpec | None,
-                 robot: str) -> AgentDecision | None:
+                 robot: str, moved: set[str]) -> AgentDecision | None:
         """"Set 1 apple, 1 plate on the table": bring what is missing there, one object at a time.
         Said that way (the items first, MAGMA's SetTable preset), it is the whole arrangement: every
         object has its place, so what lies on the table and is not wanted there (or one too many of
@@ -409,16 +410,15 @@ class MagmaPolicy(Policy):
         if state.held:
             if inspecting and state.condition is None:
                 return _call(check, robot)
+            cls = state.classes.get(stem(state.held))
             if state.condition == "dirty":
-                target = routed(state.held, "dirty", state.scene, rules, cls=state.classes.get(stem(state.held)))
+                target = routed(state.held, "dirty", state.scene, rules, cls=cls)
             elif not exact or sum(stem(t) == stem(state.held) for t in state.scene.get(place, [])) < counts.get(
                     stem(state.held), 0):
                 target = place
             else:  # not wanted there (or enough of its kind already): its own place, else the model's choice
-                target = routed(state.held, state.condition, state.scene, rules, exclude=(place,),
-                                cls=state.classes.get(stem(state.held)))
+                target = routed(state.held, state.condition, state.scene, rules, exclude=(place,), cls=cls)
             return _call(put, robot, target) if target else None
-        moved = set(argument_values([c for c in state.done_calls if c["name"] == take.name]))
         if exact:
             kept: dict[str, int] = {}
             ruled = words(" ".join(rules))  # what a rule uses there (the sponge) stays
@@ -457,21 +457,30 @@ class MagmaPolicy(Policy):
             free = [k for k in kinds if k not in {w for _, w in wanted[1]} and k not in state.aliases.values()]
             if not free:
                 continue
-            request = GenerationRequest(
-                messages=(Message("user", f"The user asked for '{word}', but no object has that name. The objects are "
-                                          f"of these kinds: {', '.join(free)}. Which kind does the user mean?"),),
-                n=1, greedy=True, max_tokens=16, seed=self.settings.seed,
-                json_schema={"type": "object", "properties": {"kind": {"enum": free}}, "required": ["kind"]},
-                situation=situation, component="aliases")
-            (completion,) = await self.backend.generate(request)
-            try:
-                kind = json.loads(strip_reasoning(completion.text)).get("kind")
-            except (ValueError, AttributeError):
-                kind = None
-            if kind in free:
+            kind, step = await self.choose(
+                situation, f"The user asked for '{word}', but no object has that name. The objects are of these "
+                           f"kinds: {', '.join(free)}. Which kind does the user mean?",
+                "kind", free, component="aliases", input_elements={"word": word})
+            if kind is not None:
                 state.aliases = {**state.aliases, word: kind}
-            steps.append(model_step(0, request, completion, input_elements={"word": word}))
+            steps.append(step)
         return steps
+
+    async def choose(self, situation: Situation, question: str, key: str, choices: list[str], *, component: str,
+                     input_elements: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        """One short greedy model answer constrained to `{key: one of choices}`: the choice (None when
+        the answer is not one of them) and the call's trace step."""
+        request = GenerationRequest(
+            messages=(Message("user", question),), n=1, greedy=True, max_tokens=16, seed=self.settings.seed,
+            json_schema={"type": "object", "properties": {key: {"enum": choices}}, "required": [key]},
+            situation=situation, component=component)
+        (completion,) = await self.backend.generate(request)
+        try:
+            choice = json.loads(strip_reasoning(completion.text)).get(key)
+        except (ValueError, AttributeError):
+            choice = None
+        return (choice if choice in choices else None), model_step(0, request, completion,
+                                                                    input_elements=input_elements)
 
     async def classify_held(self, situation: Situation, state: TaskState) -> dict[str, Any] | None:
         """The class of the held object ("food" or "dishware" for a mug), as one constrained model
@@ -486,20 +495,13 @@ class MagmaPolicy(Policy):
         if len(classes) < 2 or sibling_home(state.held, state.scene) is not None:
             return None
         kind = stem(state.held)
-        request = GenerationRequest(
-            messages=(Message("user", f"Which of these classes is a {kind.replace('_', ' ')}: {', '.join(classes)}?"),),
-            n=1, greedy=True, max_tokens=16, seed=self.settings.seed,
-            json_schema={"type": "object", "properties": {"class": {"enum": classes}}, "required": ["class"]},
-            situation=situation, component="classes")
-        (completion,) = await self.backend.generate(request)
-        try:
-            cls = json.loads(strip_reasoning(completion.text)).get("class")
-        except (ValueError, AttributeError):
-            cls = None
-        if cls not in classes:
+        cls, step = await self.choose(
+            situation, f"Which of these classes is a {kind.replace('_', ' ')}: {', '.join(classes)}?", "class",
+            classes, component="classes", input_elements={"object": state.held})
+        if cls is None:
             return None
         state.classes = {**state.classes, kind: cls}
-        return model_step(0, request, completion, input_elements={"object": state.held})
+        return step
 
     @staticmethod
     def looked_last(situation: Situation, state: TaskState) -> bool:
@@ -795,12 +797,21 @@ class MagmaPolicy(Policy):
         state = TaskState.load(situation.memory.private)
         shared_steps: list[dict[str, Any]] = []
         instruction = situation.instruction
+
+        def record(steps: Iterable[dict[str, Any]]) -> None:
+            for step in steps:
+                step["id"] = f"step-{len(shared_steps)}"
+                shared_steps.append(step)
+
+        def everyone(decision: AgentDecision) -> list[CandidateResult]:
+            """One decision for every candidate, each with its own copy of the steps taken so far."""
+            return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
+                    for memory in memories]
         if instruction.type == "user":
             intent, shared_steps = await self.classify(situation)
             if intent == "acknowledge":
                 state.remember_rule(instruction.content)
-                decision = AgentDecision(say=acknowledgement(instruction.content))
-                return [self.result(situation, state, decision, shared_steps, memory) for memory in memories]
+                return everyone(AgentDecision(say=acknowledgement(instruction.content)))
             if (intent == "act" and state.intent == "act" and state.request and not state.finished
                     and _AMEND.search(instruction.content)):
                 state.amend(instruction.content)
@@ -809,15 +820,11 @@ class MagmaPolicy(Policy):
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
                 # it runs (an empty decision), unless the message removed what it acts on.
-                decision = self.resume_or_cancel(situation, state)
-                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
-                        for memory in memories]
+                return everyone(self.resume_or_cancel(situation, state))
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
                 # The user said it is gone; acting anyway fails the stage, saying so is the answer.
-                decision = AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}")
-                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
-                        for memory in memories]
+                return everyone(AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}"))
         elif situation.feedback is not None:
             state.observe(situation.feedback, situation.toolbox)
         skills.observe_all(situation, state)
@@ -827,29 +834,20 @@ class MagmaPolicy(Policy):
                 wanted = mentioned(state.request, vocabulary(situation.attributes))
                 if wanted:
                     state.plan, plan_steps = await self.plan(situation, state, wanted)
-                    for step in plan_steps:
-                        step["id"] = f"step-{len(shared_steps)}"
-                        shared_steps.append(step)
+                    record(plan_steps)
             if state.plan:
-                decision = self.next_planned(situation, state) or AgentDecision(say=completion_message(state))
-                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
-                        for memory in memories]
+                return everyone(self.next_planned(situation, state) or AgentDecision(say=completion_message(state)))
 
         if state.intent == "act":
-            for step in await self.resolve_aliases(situation, state):
-                step["id"] = f"step-{len(shared_steps)}"
-                shared_steps.append(step)
+            record(await self.resolve_aliases(situation, state))
         if state.intent == "act" and (decision := skills.next_decision(situation, state)
                                       or self.pick_and_place(situation, state)) is not None:
-            return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
-                    for memory in memories]
+            return everyone(decision)
         if state.intent == "act" and (step := await self.classify_held(situation, state)) is not None:
             # Where the held object goes was the model's open choice; its class, with the rules, says it.
-            step["id"] = f"step-{len(shared_steps)}"
-            shared_steps.append(step)
+            record([step])
             if (decision := self.pick_and_place(situation, state)) is not None:
-                return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
-                        for memory in memories]
+                return everyone(decision)
 
         first = len(shared_steps)
         if state.intent == "answer":
