@@ -278,13 +278,27 @@ TC000 = {"table": ["goblet_2", "sponge"], "food_storage": ["orange_2", "mango_2"
          "dish_storage": ["mug_2", "goblet_1"]}  # table_cleaning-000 as detected in a real run
 
 
-def test_table_cleaning_000_the_goblet_goes_where_its_sibling_is_without_an_inspection() -> None:
-    # A clearing stage allows 5 calls for two serving objects (detect, then take and put each): an
-    # inspection per object does not fit, so clearing moves without inspecting.
+def test_table_cleaning_000_the_goblet_is_inspected_then_goes_where_its_sibling_is() -> None:
+    # MAGMA clears a table a stage per object (PlaceObjectsStage: 4 calls; ClearTableStage: 5), so a
+    # look, then take, inspect and put fit the first; the rule asks to inspect before choosing.
     world = Kitchen(TC000)
     episode(world, [Stage("Remove all objects from the table.", lambda k: ("goblet_2", "dish_storage") in k.puts,
                           budget=4)], KITCHEN_RULES)
-    assert world.calls == ["detect()", "take(goblet_2)", "put(dish_storage)"]
+    assert world.calls == ["detect()", "take(goblet_2)", "inspect()", "put(dish_storage)"]
+
+
+def test_clearing_sends_what_the_inspection_found_dirty_where_the_rules_route_it() -> None:
+    # A clearing draw that failed on the real benchmark: a dirty bowl put away with the clean dishware
+    # (MAGMA checks every put against the object's state).
+    world = Kitchen({"table": ["bowl_1", "mango_1", "sponge"], "food_storage": ["mango_2", "orange_1"],
+                     "dish_storage": ["bowl_2"]}, dirty=("bowl_1", "mango_1"))
+    episode(world, [
+        Stage("Remove all objects from the table.", lambda k: len(k.puts) >= 1, budget=4),
+        Stage(None, lambda k: len(k.puts) >= 2, budget=4, answer=True),
+    ], KITCHEN_RULES)
+    assert world.puts == [("bowl_1", "washing_machine"), ("mango_1", "trashcan")]
+    assert world.calls.count("inspect()") == 2
+    assert world.places["table"] == ["sponge"]
 
 
 def test_a_homeless_object_is_placed_by_the_model_and_a_rule_tool_stays() -> None:
@@ -294,10 +308,11 @@ def test_a_homeless_object_is_placed_by_the_model_and_a_rule_tool_stays() -> Non
 
     world = Kitchen({"table": ["bowl_1", "mug_1", "sponge"], "food_storage": ["orange_1", "mango_2", "orange_2"],
                      "dish_storage": ["mug_2"]})
-    episode(world, [Stage("Remove all objects from the table.",
-                          lambda k: {("bowl_1", "dish_storage"), ("mug_1", "dish_storage")} <= set(k.puts),
-                          budget=5)], KITCHEN_RULES, model)
-    assert world.calls == ["detect()", "take(mug_1)", "put(dish_storage)", "take(bowl_1)", "put(dish_storage)"]
+    episode(world, [Stage("Remove all objects from the table.", lambda k: ("mug_1", "dish_storage") in k.puts,
+                          budget=4),
+                    Stage(None, lambda k: ("bowl_1", "dish_storage") in k.puts, budget=4)], KITCHEN_RULES, model)
+    assert world.calls == ["detect()", "take(mug_1)", "inspect()", "put(dish_storage)",
+                           "take(bowl_1)", "inspect()", "put(dish_storage)"]
     assert world.places["table"] == ["sponge"]
 
 
@@ -316,7 +331,7 @@ def test_table_cleaning_000_answers_once_the_table_is_cleared_then_wipes_it() ->
               answer=True),
         Stage("Now wipe the table.", wiped_and_put_back, budget=4, answer=True),
     ], KITCHEN_RULES)
-    assert world.calls[3:] == ["take(sponge)", "wipe()", "put(table)"]
+    assert world.calls[4:] == ["take(sponge)", "wipe()", "put(table)"]
     assert world.places["table"] == ["sponge"] and len(said) == 2
 
 
