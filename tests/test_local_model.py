@@ -124,3 +124,41 @@ def test_a_batch_is_decided_together_and_always_fits_the_schema() -> None:
     for output in outputs:
         jsonschema.validate(json.loads(output["internal_steps"][0]["output_raw"]), schema)
         assert output["status"] == "completed"
+
+
+def test_the_class_question_names_food_and_dishware_right() -> None:
+    """Where rules route by class and no sibling shows an object's place, the embedded model names its
+    class, after examples the scene shows. Asked cold ("Which of these classes is a mug: food,
+    dishware?") the 0.5B model called every dishware object food."""
+    import asyncio
+
+    from lava.backends import create_backend
+    from lava.policies.magma import MagmaPolicy
+    from lava.policies.task_state import TaskState
+    from lava.protocol import AgentInput
+    from lava.situation import Situation
+
+    (request,) = fixture_requests("bench_table_cleaning.requests.jsonl")[:1]
+    situation = Situation.read(AgentInput.model_validate(request["inputs"][0]))
+    settings = Settings(backend="local")
+    expected = {"goblet": "dishware", "mug": "dishware", "glass": "dishware", "cup": "dishware",
+                "apple": "food", "mango": "food", "pear": "food", "lemon": "food"}
+
+    async def classes() -> dict[str, str | None]:
+        backend = create_backend(settings)
+        await backend.start()
+        try:
+            policy = MagmaPolicy(backend, settings)
+            named = {}
+            for kind in expected:
+                scene = {"table": ["sponge"], "food_storage": ["orange_1", "banana_2"],
+                         "dish_storage": ["bowl_1", "plate_2"]}
+                state = TaskState(intent="act", held=f"{kind}_1", scene=scene)
+                step = await policy.classify_held(situation, state)
+                assert step is not None and step["component"] == "classes"
+                named[kind] = state.classes.get(kind)
+            return named
+        finally:
+            await backend.close()
+
+    assert asyncio.run(classes()) == expected

@@ -24,7 +24,16 @@ import episodes
 from conftest import fixture_requests
 from episodes import CANCEL, Asked, Model, Stage, acknowledged, no_model, one_call, tool
 from lava.backends.base import GenerationRequest
-from lava.policies.goals import Move, additions, assignment_goal, read_recipe, recipe, routed, sibling_home
+from lava.policies.goals import (
+    Move,
+    additions,
+    assignment_goal,
+    class_examples,
+    read_recipe,
+    recipe,
+    routed,
+    sibling_home,
+)
 from lava.policies.names import location_values, object_values
 
 
@@ -380,7 +389,11 @@ def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> No
     def model(req: GenerationRequest) -> list[str]:
         # Only the mango's class is left open (no other mango shows its place); the rules route it.
         assert req.component == "classes", req.component
-        assert req.messages[-1].content == "Which of these classes is a mango: food, dishware?"
+        # Asked after examples the scene shows (an orange in food_storage is food, a bowl in dish_storage
+        # is dishware): cold, a 0.5B model calls a mug food.
+        assert req.messages[0].content == "Name the class of each object: food or dishware."
+        assert [m.content for m in req.messages[1:]] == ["orange", '{"class": "food"}', "bowl", '{"class": "dishware"}',
+                                                         "mug", '{"class": "dishware"}', "mango"]
         return ['{"class": "food"}'] * req.n
 
     world = Kitchen({"table": ["mango_1", "mug_2", "sponge"], "food_storage": ["orange_1", "orange_2"],
@@ -428,6 +441,16 @@ def test_sibling_home_is_the_one_other_place_holding_the_same_type() -> None:
     assert sibling_home("sponge", TC000) is None  # no other sponge anywhere
     assert sibling_home("goblet_2", {**TC000, "trashcan": ["goblet_3"]}) is None  # two homes: ambiguous
     assert sibling_home("goblet_2", {**TC000, "trashcan": ["goblet_3"]}, exclude=("trashcan",)) == "dish_storage"
+
+
+def test_class_examples_are_the_types_lying_where_the_rules_send_a_class() -> None:
+    scene = {"table": ["goblet_2", "sponge"], "food_storage": ["orange_2", "mango_2", "mango_1"],
+             "dish_storage": ["mug_2", "goblet_1"], "washing_machine": ["bowl_1"]}
+    assert class_examples(scene, KITCHEN_RULES, ["food", "dishware"]) == [
+        ("orange", "food"), ("bowl", "dishware"), ("mango", "food"), ("mug", "dishware")]
+    assert class_examples(scene, KITCHEN_RULES, ["food", "dishware"], per_class=1) == [
+        ("orange", "food"), ("bowl", "dishware")]
+    assert class_examples({"table": ["mug_1"]}, KITCHEN_RULES, ["food", "dishware"]) == []  # the table routes nothing
 
 
 def test_routed_sends_a_dirty_object_where_the_rule_for_its_class_says() -> None:

@@ -241,6 +241,25 @@ def routed(thing: str, condition: str | None, scene: Mapping[str, Sequence[str]]
     return home
 
 
+def class_examples(scene: Mapping[str, Sequence[str]], rules: Sequence[str], classes: Sequence[str],
+                   per_class: int = 2) -> list[tuple[str, str]]:
+    """Object types whose class the scene shows, alternating classes: what lies where a rule sends a
+    class ("clean food in food_storage": the mango there is food), at most `per_class` of each."""
+    by_class: dict[str, list[str]] = {cls: [] for cls in classes}
+    for (_, cls), place in routes(rules).items():
+        if cls not in by_class:
+            continue
+        for thing in scene.get(place, []):
+            kind = stem(thing)
+            known = by_class[cls]
+            if kind not in known and len(known) < per_class:
+                known.append(kind)
+    examples = []
+    for index in range(per_class):
+        examples += [(kinds[index], cls) for cls, kinds in by_class.items() if index < len(kinds)]
+    return examples
+
+
 _NOT_USED = re.compile(r"\b(?:must|should|can|do|does|will)\s*(?:not|n't)\s+(?:be\s+)?"
                        r"(?:used|moved|sent|sorted|touched)\b|\bno longer\b|\banymore\b|\bnot available\b",
                        re.IGNORECASE)
@@ -413,6 +432,7 @@ __all__ = [
     "Step",
     "additions",
     "assignment_goal",
+    "class_examples",
     "cleared",
     "home",
     "next_step",
