@@ -392,8 +392,9 @@ def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> No
         # Asked after examples the scene shows (an orange in food_storage is food, a bowl in dish_storage
         # is dishware): cold, a 0.5B model calls a mug food.
         assert req.messages[0].content == "Name the class of each object: food or dishware."
-        assert [m.content for m in req.messages[1:]] == ["orange", '{"class": "food"}', "bowl", '{"class": "dishware"}',
-                                                         "mug", '{"class": "dishware"}', "mango"]
+        assert [m.content for m in req.messages[1:]] == ["Which class is an orange?", '{"class": "food"}',
+                                                         "Which class is a bowl?", '{"class": "dishware"}',
+                                                         "Which class is a mango?"]
         return ['{"class": "food"}'] * req.n
 
     world = Kitchen({"table": ["mango_1", "mug_2", "sponge"], "food_storage": ["orange_1", "orange_2"],
@@ -450,6 +451,12 @@ def test_class_examples_are_the_types_lying_where_the_rules_send_a_class() -> No
         ("orange", "food"), ("bowl", "dishware"), ("mango", "food"), ("mug", "dishware")]
     assert class_examples(scene, KITCHEN_RULES, ["food", "dishware"], per_class=1) == [
         ("orange", "food"), ("bowl", "dishware")]
+    # As many of each class as the scarcest shows: a lopsided list would be continued with its majority.
+    assert class_examples({**scene, "food_storage": ["orange_2"]}, KITCHEN_RULES, ["food", "dishware"]) == [
+        ("orange", "food"), ("bowl", "dishware")]
+    # With no example of a class, what there is (better than asking cold).
+    assert class_examples({"dish_storage": ["mug_2", "bowl_1"]}, KITCHEN_RULES, ["food", "dishware"]) == [
+        ("mug", "dishware"), ("bowl", "dishware")]
     assert class_examples({"table": ["mug_1"]}, KITCHEN_RULES, ["food", "dishware"]) == []  # the table routes nothing
 
 

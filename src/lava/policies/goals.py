@@ -243,8 +243,10 @@ def routed(thing: str, condition: str | None, scene: Mapping[str, Sequence[str]]
 
 def class_examples(scene: Mapping[str, Sequence[str]], rules: Sequence[str], classes: Sequence[str],
                    per_class: int = 2) -> list[tuple[str, str]]:
-    """Object types whose class the scene shows, alternating classes: what lies where a rule sends a
-    class ("clean food in food_storage": the mango there is food), at most `per_class` of each."""
+    """Object types whose class the scene shows: what lies where a rule sends a class ("clean food in
+    food_storage": the mango there is food). As many of each class when every class shows some (at
+    most `per_class`), alternating in the classes' order: a small model continues a lopsided list
+    with its majority class."""
     by_class: dict[str, list[str]] = {cls: [] for cls in classes}
     for (_, cls), place in routes(rules).items():
         if cls not in by_class:
@@ -254,6 +256,8 @@ def class_examples(scene: Mapping[str, Sequence[str]], rules: Sequence[str], cla
             known = by_class[cls]
             if kind not in known and len(known) < per_class:
                 known.append(kind)
+    if all(by_class.values()):
+        per_class = min(len(kinds) for kinds in by_class.values())
     examples = []
     for index in range(per_class):
         examples += [(kinds[index], cls) for cls, kinds in by_class.items() if index < len(kinds)]
