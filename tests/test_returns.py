@@ -240,6 +240,8 @@ def test_reads_deliveries_both_ways() -> None:
     (d,) = read_deliveries(SIMPLE, TYPES, services)
     assert (d.order, d.name, d.city, d.service, d.products) == ("AD-001", "Lucas Moreau", "Nantes", "priority",
                                                                 (("hygiene", 1),))
+    (d,) = read_deliveries(SIMPLE.replace("1 hygiene product", "eight hygiene products"), TYPES, services)
+    assert d.products == (("hygiene", 8),)  # counts in words past five (goals.NUMBER)
 
 
 def test_tools_are_recognised_under_magma_gen_names() -> None:

@@ -489,6 +489,8 @@ def test_additions_read_counts_and_the_place() -> None:
         "table", [(1, "apple"), (1, "plate"), (1, "cup")])
     assert additions("Complete the table by adding 1 apple.", places) == ("table", [(1, "apple")])
     assert additions("Set the table with 2 bananas.", places) == ("table", [(2, "banana")])
+    assert additions("Set seven plates and one cup on the table.", places) == ("table", [(7, "plate"), (1, "cup")])
+    assert additions("Set a nice table with 2 cups.", places) == ("table", [(2, "cup")])  # "a" is not a count here
     assert additions("Remove all objects from the table.", places) is None
     assert additions("Put 1 apple somewhere.", places) is None  # no known place named
 

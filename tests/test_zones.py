@@ -300,6 +300,8 @@ def test_reach_is_read_from_either_rule_wording(rules: list[str]) -> None:
      {"moves": [(1, "apple", "right_zone", "mutual_zone"), (1, "banana", "mutual_zone", "left_zone")],
       "ordered": True, "intact_only": True}),
     ("Place all damaged objects in the mutual tray.", {"damaged_to": "mutual_zone"}),
+    ("Move seven apple objects from the right tray to the mutual tray.",  # counts past six (goals.NUMBER)
+     {"moves": [(7, "apple", "right_zone", "mutual_zone")]}),
     ("Sort all fruits by type: place all banana objects in the left tray, place all apple objects in the mutual "
      "tray, and place all orange objects in the right tray.",
      {"assign": {"banana": "left_zone", "apple": "mutual_zone", "orange": "right_zone"}}),

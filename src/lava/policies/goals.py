@@ -27,6 +27,8 @@ from .scene import where
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
            "eight": 8, "nine": 9, "ten": 10}
 NUMBER = r"(?:\d+|" + "|".join(_COUNTS) + r")"  # a count in digits or words ("2", "two", "a")
+NUMBER_WORDS = frozenset(_COUNTS) - {"a", "an"}  # the words that can only be counts
+_STATED = r"(?:\d+|" + "|".join(NUMBER_WORDS) + r")"  # a count said as one ("2", "two"; not "a")
 _COUNT = rf"(?P<count>{NUMBER})"
 _PHRASE = r"[A-Za-z][\w\s-]*?"
 _END = r"(?=\s*(?:[.,;:!]|$|\band\b|\bthen\b))"
@@ -333,7 +335,7 @@ def recipe(request: str, rules: Sequence[str]) -> list[str]:
     return []
 
 
-_ITEM = re.compile(r"\b(?P<count>\d+|one|two|three|four)\s+(?P<what>[a-z]+)\b", re.IGNORECASE)
+_ITEM = re.compile(rf"\b(?P<count>{_STATED})\s+(?P<what>[a-z]+)\b", re.IGNORECASE)
 _ADD = re.compile(r"\b(?:set|put|place|add|adding|bring|serve|complete)\b", re.IGNORECASE)
 
 
@@ -431,6 +433,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
 
 __all__ = [
     "NUMBER",
+    "NUMBER_WORDS",
     "Goal",
     "Move",
     "Step",

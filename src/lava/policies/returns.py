@@ -31,7 +31,7 @@ from typing import Any
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
-from .goals import tool_words, words
+from .goals import NUMBER, number, tool_words, words
 from .task_state import TaskState, read_results
 
 _MOVE = frozenset(("move", "navigate", "go", "send", "goto"))
@@ -39,7 +39,6 @@ _TAKE = frozenset(("take", "collect", "pick", "grab", "get"))
 _DROP = frozenset(("drop", "release", "return", "put", "deposit"))
 _BOX = frozenset(("package", "tray", "box", "container", "crate"))
 _LOOK = frozenset(("list", "scan", "report", "detection", "detect"))
-_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "a": 1, "an": 1}
 _DELIVERY = re.compile(r"\bdelivery\s+(?P<id>[A-Z][A-Z0-9]*-\d+)\s+for\s+(?P<name>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)"
                        r"\s+in\s+(?P<city>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)(?P<rest>(?:(?!\bdelivery\s+[A-Z])[^.])*)")
 _SEEN = re.compile(r"On\s+(?P<table>[\w ]+?),\s*there is:\s*(?P<items>[^.]*)\.", re.I)
@@ -114,10 +113,9 @@ def read_deliveries(request: str, types: Sequence[str], services: Sequence[str])
         service = next((s for s in services if re.search(rf"\b{re.escape(s)}\b", around, re.I)), None)
         products = []
         for t in types:
-            count = re.search(rf"\b(\d+|one|two|three|four|five|an?)\s+{re.escape(t)}\b", match["rest"], re.I)
+            count = re.search(rf"\b({NUMBER})\s+{re.escape(t)}\b", match["rest"], re.I)
             if count:
-                n = count[1].lower()
-                products.append((t, int(n) if n.isdigit() else _NUMBERS[n]))
+                products.append((t, number(count[1])))
         if products:
             found.append(Delivery(match["id"], match["name"], match["city"].strip(), service, tuple(products)))
     return found

@@ -37,7 +37,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
-from .goals import stem, words
+from .goals import NUMBER, NUMBER_WORDS, number, stem, words
 from .task_state import TaskState, read_results
 
 _LOCATION = re.compile(r"area|zone|locat|place|destination|target|tray|region|where|shelf|bin\b|container", re.I)
@@ -46,8 +46,7 @@ _PLACE_KEY = re.compile(r"locat|zone|area|place|tray|region", re.I)
 _PLACE_NAME = re.compile(r"\b[a-z][a-z0-9]*_(?:zone|area|tray|region)\b", re.I)
 GENERIC_PLACE = frozenset({"area", "zone", "tray", "region", "side", "location", "place"})
 GENERIC_THING = frozenset({"object", "item", "fruit", "product", "thing"})
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
-_NUM = r"(?P<n>\d+|" + "|".join(_NUMBERS) + r")"
+_NUM = rf"(?P<n>{NUMBER})"
 _END = r"(?=\s*(?:[.,;:!]|$|\band\b|\bthen\b))"
 _PHRASE = r"[a-z][\w\s-]*?"
 
@@ -252,7 +251,7 @@ def read_goal(request: str, places: Sequence[str], kinds: Sequence[str]) -> Goal
         source = place_of(match["source"], places) if match["source"] else None
         if k is None or target is None or (match["source"] and source is None):
             return None
-        n = int(match["n"]) if match["n"].isdigit() else _NUMBERS[match["n"].lower()]
+        n = number(match["n"])
         goal.moves.append((n, k, source, target))
         take(match)
     if len(goal.moves) > 1 and re.search(r"\bthen\b|\bafter that\b|\bin this order\b", request, re.I):
@@ -285,7 +284,7 @@ def read_goal(request: str, places: Sequence[str], kinds: Sequence[str]) -> Goal
             k = kind_of(item["what"], kinds) if item else None
             if item is None or k is None:
                 return None
-            n = int(item["n"]) if item["n"].isdigit() else _NUMBERS[item["n"].lower()]
+            n = number(item["n"])
             goal.quotas.append((place, k, n))
         take(at)
         take(contain)
@@ -300,7 +299,7 @@ def read_goal(request: str, places: Sequence[str], kinds: Sequence[str]) -> Goal
     left = _BENIGN.sub(" ", left)
     # Whatever was not read must not name a kind, a place or a count ("leave 1 apple in ...").
     rest = words(left)
-    if re.search(r"\d", left) or rest & set(_NUMBERS) - {"a", "an"} or any(
+    if re.search(r"\d", left) or rest & NUMBER_WORDS or any(
             words(k) <= rest for k in kinds) or any((words(p) - GENERIC_PLACE) <= rest for p in places) or rest & {
             "not", "never", "except", "leave", "keep", "without", "but"}:
         return None
