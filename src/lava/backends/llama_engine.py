@@ -19,6 +19,7 @@ It is synchronous and not thread-safe: one worker thread owns it (see `local.py`
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -72,8 +73,16 @@ class _Candidate:
     finish: str = "length"
 
 
+log = logging.getLogger("lava.backends.llama")
+
+
 class EngineError(RuntimeError):
     pass
+
+
+def amx_compiled() -> bool:
+    """Whether this llama.cpp build multiplies with Intel AMX (built natively on an AMX CPU)."""
+    return b"AMX_INT8 = 1" in L.llama_print_system_info()
 
 
 class LlamaEngine:
@@ -84,6 +93,12 @@ class LlamaEngine:
         set_verbose(verbose)  # llama.cpp's load chatter on stderr, unless asked for
         L.llama_backend_init()
         model_params = L.llama_model_default_params()
+        if amx_compiled():
+            # Its AMX kernels crash in the first decode of a Q4_K model on Sapphire Rapids
+            # (ggml-org/llama.cpp#20824). Weights then stay in plain CPU buffers; the repacked
+            # AVX-512 layout they give up measured no faster for this model (9.20 s against 9.25 s).
+            log.warning("llama.cpp was built with AMX, whose kernels crash on Q4_K models; loading without them")
+            model_params.use_extra_bufts = False
         self.model = L.llama_model_load_from_file(model_path.encode(), model_params)
         if not self.model:
             raise EngineError(f"llama.cpp could not load {model_path}")
