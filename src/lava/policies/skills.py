@@ -38,6 +38,7 @@ SKILLS: dict[str, tuple[str, str]] = {
     "halls": ("lava.policies.halls", "HallsSkill"),  # robots carrying a tray between halls
     "zones": ("lava.policies.zones", "ZonesSkill"),  # robots sharing areas (bi_robot_sorting)
     "procedures": ("lava.policies.procedures", "ProceduresSkill"),  # a rule's ordered steps (coffee, laundry)
+    "cubes": ("lava.policies.cubes", "CubesSkill"),  # cubes counted by color, taken by color and place
 }
 
 _loaded: list[Skill] | None = None
