@@ -26,9 +26,9 @@ from typing import Any
 
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
-from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
+from ..tools import CANCEL_TOOL, Param, ToolBox, ToolSpec
 from .demos import roles
-from .task_state import TaskState, read_results
+from .task_state import TaskState, results_with_calls
 
 Counts = dict[str, dict[str, int]]  # place -> color -> cubes
 
@@ -51,6 +51,10 @@ class CubeTools:
     put: ToolSpec
 
 
+def _names_color(param: Param) -> bool:
+    return "colo" in f"{param.name} {param.description}".lower()
+
+
 def _text(tool: ToolSpec) -> str:
     return " ".join([tool.name, tool.description, *(f"{p.name} {p.description}" for p in tool.params)]).lower()
 
@@ -60,11 +64,11 @@ def cube_tools(toolbox: ToolBox) -> CubeTools | None:
     look = roles(toolbox)[0]
     tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL]
     take = next((t for t in tools if len(t.params) == 2
-                 and sum("colo" in f"{p.name} {p.description}".lower() for p in t.params) == 1), None)
+                 and sum(map(_names_color, t.params)) == 1), None)
     put = next((t for t in tools if len(t.params) == 1 and "tray" in _text(t) and TABLE in _text(t)), None)
     if look is None or take is None or put is None:
         return None
-    color = next(p.name for p in take.params if "colo" in f"{p.name} {p.description}".lower())
+    color = next(p.name for p in take.params if _names_color(p))
     place = next(p.name for p in take.params if p.name != color)
     return CubeTools(look, take, color, place, put)
 
@@ -132,16 +136,12 @@ class CubesSkill:
         if tools is None:
             return
         if notes and notes.get("request") != state.request:
-            notes.clear()  # a new request: the counts are still true, the goal is not
+            notes.clear()  # a new request: look afresh before moving anything
             notes.update(request=state.request, stale=True)
         feedback = situation.feedback
         if feedback is None or not notes:
             return
-        calls = feedback.previous_calls or {}
-        for result in read_results(feedback):
-            call = calls.get(result.robot)
-            if not isinstance(call, Mapping):
-                continue
+        for result, call in results_with_calls(feedback, state):
             arguments = call.get("arguments") or {}
             if not result.ok:
                 if call.get("name") in (tools.take.name, tools.put.name) and not _RETRY.search(result.message):

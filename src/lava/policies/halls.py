@@ -34,7 +34,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .goals import NUMBER, number
-from .task_state import TaskState, read_results
+from .task_state import TaskState, results_with_calls
 
 TRAY_CAPACITY = 4  # until a refusal says otherwise ("The tray is full. It supports only 4 objects.")
 HALL_CAPACITY = 4  # tables hold a 2x2 grid; "No free place on Hall3." lowers it for that hall
@@ -255,13 +255,7 @@ class HallsSkill:
         feedback = situation.feedback
         if feedback is None:
             return
-        calls = dict(feedback.previous_calls or {})
-        for call in [*state.done_calls[-2:], *state.pending_failed]:
-            calls.setdefault(call["robot"], call)
-        for result in read_results(feedback):
-            call = calls.get(result.robot)
-            if call is None:
-                continue
+        for result, call in results_with_calls(feedback, state):
             value = next(iter((call.get("arguments") or {}).values()), None)
             self.fold(notes, tools, situation, result.robot, call["name"], value, result.ok, result.message)
 

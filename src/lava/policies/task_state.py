@@ -73,6 +73,16 @@ def read_results(feedback: Feedback) -> list[Result]:
     return results
 
 
+def results_with_calls(feedback: Feedback, state: TaskState) -> list[tuple[Result, Mapping[str, Any]]]:
+    """Each result line with the call it reports on: MAGMA's previous_tool_call for its robot, else
+    the call lava last recorded for that robot."""
+    calls: dict[str, Any] = dict(feedback.previous_calls or {})
+    for call in [*state.done_calls[-2:], *state.pending_failed]:
+        calls.setdefault(call["robot"], call)
+    return [(result, call) for result in read_results(feedback)
+            if isinstance(call := calls.get(result.robot), Mapping)]
+
+
 @dataclass
 class TaskState:
     intent: Intent | None = None
@@ -312,4 +322,4 @@ def one_dimensional(toolbox: ToolBox) -> bool:
 
 
 __all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "one_dimensional",
-           "read_results", "remaining", "vocabulary"]
+           "read_results", "remaining", "results_with_calls", "vocabulary"]
