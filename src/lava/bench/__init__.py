@@ -77,7 +77,9 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"   {label:36} {r['seconds']:7.1f} s   {r['completed']}/{r['candidates']} valid   "
                          f"{r['distinct'] * 100:.0f}% distinct   "
                          f"{r['model_calls']} calls   prompt {r['prompt_tokens']:,} tok ({r['cached_tokens']:,} cached)"
-                         f"   out {r['output_tokens']:,} tok")
+                         f"   out {r['output_tokens']:,} tok"
+                         + (f" ({r['guessed_tokens_kept']:,} guessed ahead, of {r['guessed_tokens']:,} tried)"
+                            if r.get("guessed_tokens") else ""))
         lines.append(f"   speedup {m['speedup']:.2f}x   (target >= {TARGETS['model_speedup']:g}x: "
                      f"{_mark(m['speedup'] >= TARGETS['model_speedup'])}; batch <= {TARGETS['model_seconds']:g} s: "
                      f"{_mark(lava['seconds'] <= TARGETS['model_seconds'])})")

@@ -298,7 +298,7 @@ def naive_backend_class() -> type:
                 outputs, finish = [], []
                 for k in range(job.n):
                     self._engine.forget()
-                    single = dataclasses.replace(job, n=1, seed=job.seed + k, outputs=[], finish=[])
+                    single = dataclasses.replace(job, n=1, seed=job.seed + k, outputs=[], finish=[], guess_ahead=False)
                     self._engine.run([single])
                     if single.error is not None:
                         job.error = single.error
@@ -340,7 +340,9 @@ def model_path(fixtures: Path, settings: Settings, *, inputs: int, candidates: i
         load_s = time.perf_counter() - started
         try:
             await _decide_batch(settings, backend, warmup)  # threads and caches warm, for both alike
+            guessed = backend._engine.guessed_tokens, backend._engine.guessed_tokens_kept
             seconds, outputs = await _decide_batch(settings, backend, request)
+            guessed = (backend._engine.guessed_tokens - guessed[0], backend._engine.guessed_tokens_kept - guessed[1])
         finally:
             await backend.close()
         steps = [step for output in outputs for step in output["internal_steps"] if "total_input_tokens" in step]
@@ -357,6 +359,8 @@ def model_path(fixtures: Path, settings: Settings, *, inputs: int, candidates: i
             "prompt_tokens": sum(step["total_input_tokens"] for step in steps),
             "cached_tokens": sum(step["total_cached_tokens"] for step in steps),
             "output_tokens": sum(step["total_output_tokens"] for step in steps),
+            # Evaluated ahead from prompt lookup in the steps of other tokens, and kept.
+            "guessed_tokens": guessed[0], "guessed_tokens_kept": guessed[1],
         }
 
     asyncio.run(run("lava", LocalBackend(settings.model_path, **kwargs)))
