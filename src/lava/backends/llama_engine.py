@@ -501,24 +501,29 @@ class LlamaEngine:
             self._decode(items, taken)
             row = 0
             for candidate, guess in zip(active, guesses, strict=True):
-                kept = 0  # guessed tokens the sampler agreed with: their cells stay
-                while True:
-                    guessed = guess[kept] if kept < len(guess) else None
-                    token = self._sample(candidate, self._logits(row + kept), guessed)
-                    self._accept(candidate, token)
-                    if candidate.done or guessed is None or token != guessed:
-                        break
-                    kept += 1
+                self._advance(candidate, guess, row)
                 row += len(guess) + 1
-                self.guessed_tokens += len(guess)
-                self.guessed_tokens_kept += kept
-                if guess:
-                    candidate.slot.tokens += guess[:kept]
-                    if kept < len(guess):
-                        L.llama_memory_seq_rm(self.memory, candidate.slot.seq, len(candidate.slot.tokens), -1)
-                    # A guess that missed early is likely to miss again soon (a name being chosen):
-                    # guess short until guesses hold again.
-                    candidate.guess_size = GUESS_MAX if kept == len(guess) else max(1, kept)
+
+    def _advance(self, candidate: _Candidate, guess: list[int], row: int) -> None:
+        """Samples the candidate's next token from its first row of the step, then one more from the
+        row of each guessed token the sampler agreed with; the cells of the rest are dropped."""
+        kept = 0
+        while True:
+            guessed = guess[kept] if kept < len(guess) else None
+            token = self._sample(candidate, self._logits(row + kept), guessed)
+            self._accept(candidate, token)
+            if candidate.done or guessed is None or token != guessed:
+                break
+            kept += 1
+        self.guessed_tokens += len(guess)
+        self.guessed_tokens_kept += kept
+        if guess:
+            candidate.slot.tokens += guess[:kept]
+            if kept < len(guess):
+                L.llama_memory_seq_rm(self.memory, candidate.slot.seq, len(candidate.slot.tokens), -1)
+            # A guess that missed early is likely to miss again soon (a name being chosen):
+            # guess short until guesses hold again.
+            candidate.guess_size = GUESS_MAX if kept == len(guess) else max(1, kept)
 
 
 __all__ = ["EngineError", "Job", "LlamaEngine"]
