@@ -8,7 +8,7 @@ grammar sampler checks all 151k vocabulary entries at every step. This engine in
   prompt starts from the slot sharing its longest prefix (copying cells is free in a unified
   cache), so turn t+1 re-uses turn t, and branches of one episode re-use each other;
 - evaluates the new part of every prompt of a batch, then decodes all candidates of all inputs
-  together, one token each per step, in a single `llama_decode` call;
+  together, each step in a single `llama_decode` call;
 - samples with the grammar applied lazily: the few most likely tokens are checked one by one
   against the candidate's grammar state (exact for greedy decoding and for top-k sampling), and
   only when none fits is the grammar applied to the whole vocabulary;
