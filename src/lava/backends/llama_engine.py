@@ -145,9 +145,7 @@ class _RecentOutputs:
         if len(self.ends) > self.MAX_RUNS:
             self.ends.clear()
         tokens = prompt[-max(NGRAM_SIZES):] + output
-        for n in sorted(NGRAM_SIZES):
-            for end in range(n - 1, len(tokens) - 1):
-                self.ends[tuple(tokens[end - n + 1:end + 1])] = (tokens, end)
+        self.ends.update((run, (tokens, end)) for run, end in _Lookup.index(tokens).items())
 
 
 class EngineError(RuntimeError):

@@ -340,9 +340,9 @@ def model_path(fixtures: Path, settings: Settings, *, inputs: int, candidates: i
         load_s = time.perf_counter() - started
         try:
             await _decide_batch(settings, backend, warmup)  # threads and caches warm, for both alike
-            guessed = backend._engine.guessed_tokens, backend._engine.guessed_tokens_kept
+            engine = backend._engine
+            guessed_before = engine.guessed_tokens, engine.guessed_tokens_kept
             seconds, outputs = await _decide_batch(settings, backend, request)
-            guessed = (backend._engine.guessed_tokens - guessed[0], backend._engine.guessed_tokens_kept - guessed[1])
         finally:
             await backend.close()
         steps = [step for output in outputs for step in output["internal_steps"] if "total_input_tokens" in step]
@@ -360,7 +360,8 @@ def model_path(fixtures: Path, settings: Settings, *, inputs: int, candidates: i
             "cached_tokens": sum(step["total_cached_tokens"] for step in steps),
             "output_tokens": sum(step["total_output_tokens"] for step in steps),
             # Evaluated ahead from prompt lookup in the steps of other tokens, and kept.
-            "guessed_tokens": guessed[0], "guessed_tokens_kept": guessed[1],
+            "guessed_tokens": engine.guessed_tokens - guessed_before[0],
+            "guessed_tokens_kept": engine.guessed_tokens_kept - guessed_before[1],
         }
 
     asyncio.run(run("lava", LocalBackend(settings.model_path, **kwargs)))

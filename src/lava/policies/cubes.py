@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -177,12 +178,11 @@ class CubesSkill:
             return AgentDecision(tool_calls=[ToolCall(name=tools.look.name, arguments={}, target_robot_name=robot)])
         counts: Counts = notes["counts"]
         held = notes.get("held")
-        totals: dict[str, int] = {}
+        totals: Counter[str] = Counter()
         for have in counts.values():
-            for color, n in have.items():
-                totals[color] = totals.get(color, 0) + n
+            totals.update(have)
         if held:
-            totals[held] = totals.get(held, 0) + 1
+            totals[held] += 1
         colors = tray_colors(situation.attributes, counts)
         goal = goal_counts(state.request, colors, totals)
         if goal is None:
