@@ -44,6 +44,23 @@ def pressed(value: str) -> str:
                        "previous_tool_call": {"panda": {"name": "toggle_button", "arguments": {"obj_name": value}}}})
 
 
+def test_buttons_asked_by_number_are_pressed_once_each_without_the_model() -> None:
+    # MAGMA-BENCH's ButtonPressNoOrdering: its first stage wants one of the two, its second both; the
+    # 0.5B model, left to read "button one", pressed sw2 twice (toggling it off again).
+    eng, backend = engine(lambda req: pytest_fail(req))
+    (out,) = step(eng, "Can you press the button 2 and button one", {})
+    presses = []
+    for _ in range(4):
+        calls = out["output"]["tool_calls"]
+        if not calls:
+            break
+        presses.append(calls[0]["arguments"]["obj_name"])
+        (out,) = step(eng, pressed(presses[-1]), out["memory"], kind="env")
+    assert presses == ["sw2", "sw1"]
+    assert out["output"]["say"].startswith("Done.")
+    assert backend.requests == []
+
+
 def test_one_dimensional_request_runs_as_a_plan_from_memory_alone() -> None:
     eng, backend = engine(lambda req: pytest_fail(req))
     memory = {"history": [], "scenario_key": {"kept": True}}

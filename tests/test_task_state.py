@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from lava.policies.task_state import TaskState, call_text, mentioned, one_dimensional, remaining, vocabulary
+from lava.policies.task_state import (
+    TaskState,
+    call_text,
+    mentioned,
+    numbers_as_names,
+    one_dimensional,
+    remaining,
+    vocabulary,
+)
 from lava.situation import Feedback
 from lava.tools import ToolBox
 
@@ -17,6 +25,26 @@ def test_mentions_keep_order_and_repetitions() -> None:
     assert mentioned("Ok press sw2, then sw1", NAMES) == ["sw2", "sw1"]
     assert mentioned("press SW3 three times", NAMES) == ["sw3", "sw3", "sw3"]
     assert mentioned("nothing here", NAMES) == []
+
+
+def test_numbered_references_read_as_the_names_they_number() -> None:
+    # MAGMA's ButtonPressNoOrdering asks in words, not names.
+    def named(text: str, names: list[str] = NAMES) -> list[str]:
+        return mentioned(numbers_as_names(text, names, ["button"]), names)
+
+    assert named("Can you press the button 2 and button one") == ["sw2", "sw1"]
+    assert named("Press buttons 0, 3 and 4") == ["sw0", "sw3", "sw4"]
+    assert named("press button number 10 twice") == ["sw10", "sw10"]
+    assert named("press SW 3") == ["sw3"]  # the family's own prefix numbers it too
+    assert named("press the button 3 two times") == ["sw3", "sw3"]
+    # Counts are not references, and a number no name carries stays as written.
+    assert named("Please press two times sw0 then sw4?") == ["sw0", "sw0", "sw4"]
+    assert named("press 2 buttons") == []
+    assert named("press button 7") == []
+    assert numbers_as_names("press button 7 and button 1", NAMES, ["button"]) == "press button 7 and sw1"
+    # Only a family of names that differ by their number alone: orange_1 and mug_2 are two kinds.
+    assert numbers_as_names("Set 1 orange and mug 2", ["orange_1", "mug_2"], ["mug"]) == "Set 1 orange and mug 2"
+    assert numbers_as_names("button 1", ["sw1", "sw1b"], ["button"]) == "button 1"
 
 
 def test_remaining_is_a_multiset_difference() -> None:

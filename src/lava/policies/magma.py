@@ -74,6 +74,7 @@ from .task_state import (
     argument_values,
     call_text,
     mentioned,
+    numbers_as_names,
     one_dimensional,
     remaining,
     vocabulary,
@@ -128,6 +129,14 @@ def _unnamed_candidates(toolbox: ToolBox) -> tuple[tuple[str, frozenset[str]], .
     return tuple((tool.name, frozenset((words(tool.name.replace("_", " "))
                                         | words(" ".join(description_words(tool.description)))) - _VERBS))
                  for tool in toolbox.tools if tool.params and tool not in (take, put))
+
+
+@functools.lru_cache(maxsize=512)
+def _named_things(toolbox: ToolBox) -> tuple[str, ...]:
+    """What the tools with parameters act on, by their names after the leading verb (toggle_button:
+    "button"): the words a user numbers things by ("button 2")."""
+    return tuple(dict.fromkeys(word for tool in toolbox.tools if tool.params and tool.name != CANCEL_TOOL
+                               for word in tool.name.lower().split("_")[1:] if word.isalpha()))
 
 
 @functools.lru_cache(maxsize=512)
@@ -247,6 +256,11 @@ class MagmaPolicy(Policy):
         return intent, [step]
 
     # -- one-dimensional requests: a plan of values, executed one per turn --------------------
+
+    @staticmethod
+    def requested(situation: Situation, state: TaskState, names: Iterable[str]) -> list[str]:
+        """The task's names the request asks for, in order, numbered references ("button 2") included."""
+        return mentioned(numbers_as_names(state.request, names, _named_things(situation.toolbox)), names)
 
     def acting_tool(self, situation: Situation) -> ToolSpec:
         return next(t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and t.params)
@@ -841,7 +855,7 @@ class MagmaPolicy(Policy):
 
         if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
             if instruction.type == "user":
-                wanted = mentioned(state.request, vocabulary(situation.attributes))
+                wanted = self.requested(situation, state, vocabulary(situation.attributes))
                 if wanted:
                     state.plan, plan_steps = await self.plan(situation, state, wanted)
                     record(plan_steps)
@@ -867,7 +881,7 @@ class MagmaPolicy(Policy):
                                            ask="Answer the user's question in one short sentence.")
         else:
             names = vocabulary(situation.attributes)
-            left = remaining(mentioned(state.request, names), state.done_calls) if state.request else []
+            left = remaining(self.requested(situation, state, names), state.done_calls) if state.request else []
             # Looking is not doing: until a call with arguments has succeeded, "done" would be premature.
             acted = any((tool := situation.toolbox.get(c["name"])) is not None and tool.params
                         for c in state.done_calls)

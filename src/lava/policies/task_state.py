@@ -298,6 +298,48 @@ def mentioned(text: str, names: Iterable[str]) -> list[str]:
     return [name for _, name, times in found for _ in range(times)]
 
 
+_NUMBER_WORDS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+                 "nine": 9, "ten": 10}
+_NUMBERED_NAME = re.compile(r"^(?P<prefix>[A-Za-z]+?)[_-]?(?P<number>\d+)$")
+_NUMBER = r"(?:\d+|" + "|".join(_NUMBER_WORDS) + r")"
+
+
+def numbered_family(names: Iterable[str]) -> tuple[str, dict[int, str]] | None:
+    """Names that differ only by their number (sw0 .. sw4): their prefix and number -> name."""
+    prefix, family = None, {}
+    for name in names:
+        match = _NUMBERED_NAME.match(name)
+        if match is None or prefix not in (None, match["prefix"].lower()) or int(match["number"]) in family:
+            return None
+        prefix = match["prefix"].lower()
+        family[int(match["number"])] = name
+    return (prefix, family) if prefix is not None and len(family) > 1 else None
+
+
+def numbers_as_names(text: str, names: Iterable[str], nouns: Iterable[str]) -> str:
+    """The text with numbered references written as the names they number ("the button 2 and
+    button one" -> "the sw2 and sw1"), when the names form one numbered family and the word before
+    the number is the family's prefix or a noun of the tool ("button" of toggle_button). A count
+    ("press it two times") is not a reference; a number no name carries is left as written."""
+    found = numbered_family(names)
+    if found is None:
+        return text
+    prefix, family = found
+    words = sorted({prefix, *(n.lower() for n in nouns if n)}, key=len, reverse=True)
+    pattern = re.compile(rf"\b(?:{'|'.join(map(re.escape, words))})s?\s*(?:number\s+|no\.?\s*|#\s*)?"
+                         rf"(?P<numbers>{_NUMBER}(?:\s*(?:,\s*and|,|and|or)\s*{_NUMBER})*)\b(?!\s+times?\b)",
+                         re.IGNORECASE)
+
+    def named(match: re.Match[str]) -> str:
+        numbers = [int(n) if n.isdigit() else _NUMBER_WORDS[n.lower()]
+                   for n in re.findall(_NUMBER, match["numbers"], re.IGNORECASE)]
+        if not all(n in family for n in numbers):
+            return match[0]
+        return " and ".join(family[n] for n in numbers)
+
+    return pattern.sub(named, text)
+
+
 def argument_values(calls: Sequence[Mapping[str, Any]]) -> list[str]:
     return [v for c in calls for v in (c.get("arguments") or {}).values() if isinstance(v, str)]
 
@@ -321,5 +363,5 @@ def one_dimensional(toolbox: ToolBox) -> bool:
     return len(acting) == 1 and len(acting[0].params) == 1  # laundry's drop and wash are work too
 
 
-__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "one_dimensional",
-           "read_results", "remaining", "results_with_calls", "vocabulary"]
+__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "numbered_family",
+           "numbers_as_names", "one_dimensional", "read_results", "remaining", "results_with_calls", "vocabulary"]
