@@ -232,6 +232,30 @@ def test_small_move_set_episode_with_a_priority_rule() -> None:
     assert world.calls[2:] == ["arm2.deplace(apple_1, right_zone)", "arm1.deplace(banana_0, left_zone)"]
 
 
+def test_damaged_objects_moved_by_the_robots_the_user_names() -> None:
+    # MAGMA's TestSortDamagedObjectsPreset, no rules: the robot sentence sent the request to the
+    # model, which moved banana_0 and then tried to move it again until the budget ran out.
+    world = BiWorld({"left_zone": ["banana_0", "banana_1", "apple_1", "orange_0"], "mutual_zone": ["orange_2"],
+                     "right_zone": ["apple_0", "banana_2", "apple_2", "orange_1"]}, ["banana_0", "apple_0"])
+    run = Episode(world)
+    target = dict(world.where, banana_0="mutual_zone", apple_0="mutual_zone")
+    run.act("Place all damaged objects in the mutual zone. Use arm1 for the damaged object in the left zone and "
+            "arm2 for the damaged object in the right zone.", target, budget=6)
+    assert world.where == target
+    assert world.calls[0] == "arm1.get_objects_state()"
+    assert sorted(world.calls[1:]) == ["arm1.deplace(banana_0, mutual_zone)", "arm2.deplace(apple_0, mutual_zone)"]
+
+
+def test_the_user_naming_a_robot_for_a_zone_decides_who_moves_from_it() -> None:
+    # Without rules every robot is first believed to reach every zone: arm1 would be picked for both.
+    reach = Reach(ROBOTS, ZONES, {})
+    where = {"apple_0": "right_zone", "banana_0": "left_zone"}
+    want = {"apple_0": "mutual_zone", "banana_0": "mutual_zone"}
+    calls = plan_turn(["apple_0"], where, want, reach, ROBOTS, {"right_zone": "arm2"})
+    assert calls == [("arm2", "apple_0", "mutual_zone")]
+    assert plan_turn(["apple_0"], where, want, reach, ["arm1"], {"right_zone": "arm2"}) == []  # arm2 is busy
+
+
 def test_a_renamed_tool_set_and_no_rules_still_solve_the_sort() -> None:
     # MAGMA-GEN renames tools and parameters; without any rule the skill learns reach from refusals.
     names = {"observe": "inspect_sorting_areas", "move": "transfer_item", "object": "item", "area": "destination"}
@@ -300,6 +324,11 @@ def test_reach_is_read_from_either_rule_wording(rules: list[str]) -> None:
      {"moves": [(1, "apple", "right_zone", "mutual_zone"), (1, "banana", "mutual_zone", "left_zone")],
       "ordered": True, "intact_only": True}),
     ("Place all damaged objects in the mutual tray.", {"damaged_to": "mutual_zone"}),
+    ("Place all damaged objects in the mutual zone. Use arm1 for the damaged object in the left zone and arm2 for "
+     "the damaged object in the right zone.",
+     {"damaged_to": "mutual_zone", "movers": {"left_zone": "arm1", "right_zone": "arm2"}}),
+    ("Place all damaged objects in the mutual zone. Use robot 2 for those in the right area, robot 1 for the ones "
+     "on the left tray.", {"damaged_to": "mutual_zone", "movers": {"right_zone": "arm2", "left_zone": "arm1"}}),
     ("Move seven apple objects from the right tray to the mutual tray.",  # counts past six (goals.NUMBER)
      {"moves": [(7, "apple", "right_zone", "mutual_zone")]}),
     ("Sort all fruits by type: place all banana objects in the left tray, place all apple objects in the mutual "
@@ -307,7 +336,7 @@ def test_reach_is_read_from_either_rule_wording(rules: list[str]) -> None:
      {"assign": {"banana": "left_zone", "apple": "mutual_zone", "orange": "right_zone"}}),
 ])
 def test_request_forms(request_text: str, expected: dict) -> None:
-    goal = read_goal(request_text, ZONES, KINDS)
+    goal = read_goal(request_text, ZONES, KINDS, ROBOTS)
     assert goal is not None
     for key, value in expected.items():
         assert getattr(goal, key) == value
@@ -317,9 +346,10 @@ def test_request_forms(request_text: str, expected: dict) -> None:
     "Leave 1 apple in the left tray and sort the rest.",
     "Put the fruits somewhere nice.",
     "Move 1 pear object from the right tray to the mutual tray.",
+    "Place all damaged objects in the mutual zone. Use arm3 for the damaged object in the left zone.",  # no arm3
 ])
 def test_requests_not_understood(request_text: str) -> None:
-    assert read_goal(request_text, ZONES, KINDS) is None
+    assert read_goal(request_text, ZONES, KINDS, ROBOTS) is None
 
 
 def test_the_recipe_takes_the_objects_already_in_place_and_moves_the_fewest() -> None:

@@ -65,6 +65,12 @@ _CONTAIN = re.compile(r"\bmust\s+(?:contain|include|have|hold)\s*:?\s*(?P<items>
 _INTACT = re.compile(r"\bonly\s+(?:move|use|take|handle)\s+(?:the\s+)?intact\b", re.I)
 _FIRST = re.compile(rf"\b(?:sort|move|handle|place|put|do)\s+(?:all\s+)?(?:the\s+)?(?P<what>{_PHRASE})\s+first\b", re.I)
 _FORGET = re.compile(r"\b(forget|ignore|drop|no longer|stop|cancel)\b", re.I)
+_ROBOT_REF = r"(?:robot\s*(?P<n>\d+)|(?P<name>[a-z][\w-]*\d))"
+# "Use arm1 for the damaged object in the left zone and arm2 for the one in the right zone."
+_USE = re.compile(r"\buse\s+(?P<body>(?:robot\s*\d+|[a-z][\w-]*\d)\s+for\b[^.;]*)", re.I)
+_USE_SPLIT = re.compile(r"\s*(?:,\s*and|,|\band)\s+(?=(?:robot\s*\d+|[a-z][\w-]*\d)\s+for\b)", re.I)
+_USE_PART = re.compile(rf"^{_ROBOT_REF}\s+for\s+(?P<what>[\w\s-]*?)\s+(?:in|on|at|from)\s+(?:the\s+)?"
+                       rf"(?P<place>[\w\s-]+?)\s*$", re.I)
 # Phrases that carry no goal of their own: what is left of a request once they and the parsed
 # clauses are removed must name no object kind, place or number, or the request is not understood.
 _BENIGN = re.compile(r"\bsort\s+(?:all\s+)?(?:the\s+)?\w+\s+by\s+(?:type|kind)\b|\bperform\s+the\s+following\b[^:.]*|"
@@ -236,15 +242,26 @@ class Goal:
     damaged_to: str | None = None
     rest_to: str | None = None
     intact_only: bool = False
+    movers: dict[str, str] = field(default_factory=dict)  # place -> the robot the user wants to move from it
 
 
-def read_goal(request: str, places: Sequence[str], kinds: Sequence[str]) -> Goal | None:
+def read_goal(request: str, places: Sequence[str], kinds: Sequence[str], robots: Sequence[str] = ()) -> Goal | None:
     """The request's goal, or None when some part of it is not understood."""
     goal = Goal()
     spans: list[tuple[int, int]] = []
 
     def take(match: re.Match[str]) -> None:
         spans.append(match.span())
+
+    for match in _USE.finditer(request):
+        for part in _USE_SPLIT.split(match["body"]):
+            use = _USE_PART.match(part.strip())
+            robot = _robot(use["n"], use["name"], robots) if use else None
+            place = place_of(use["place"], places) if use else None
+            if robot is None or place is None:
+                return None
+            goal.movers[place] = robot
+        take(match)
 
     for match in _MOVE.finditer(request):
         k, target = kind_of(match["what"], kinds), place_of(match["target"], places)
@@ -389,10 +406,12 @@ def desired(goal: Goal, where: Mapping[str, str], damaged: Iterable[str], reach:
 
 
 def plan_turn(todo: Sequence[str], where: Mapping[str, str], want: Mapping[str, str], reach: Reach,
-              free: Sequence[str]) -> list[tuple[str, str, str]]:
+              free: Sequence[str], movers: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
     """(robot, object, place) calls for one turn: as many objects as free robots can move at once,
-    earliest in `todo` first."""
-    options = {t: [(r, dest) for r in free if (dest := reach.options(r, where[t], want[t])) is not None]
+    earliest in `todo` first. `movers`: the robot the user named for objects in a place."""
+    movers = movers or {}
+    options = {t: [(r, dest) for r in free if movers.get(where[t], r) == r
+                   and (dest := reach.options(r, where[t], want[t])) is not None]
                for t in todo}
     movable = [t for t in todo if options[t]]
     for size in range(min(len(free), len(movable)), 0, -1):
@@ -501,7 +520,7 @@ class ZonesSkill:
         if found is None or notes.get("unreadable"):
             return None
         if notes.get("request") != state.request:
-            notes.update(request=state.request, want=None, order=[], moved=[], retries={}, looks=0)
+            notes.update(request=state.request, want=None, order=[], movers={}, moved=[], retries={}, looks=0)
         if not notes.get("where") or notes.get("stale"):
             return self.look(found, situation, notes)
         where: dict[str, str] = notes["where"]
@@ -510,11 +529,12 @@ class ZonesSkill:
                                                     if isinstance(v, str)})
         reach = Reach(found.robots, found.places, notes)
         if notes.get("want") is None:
-            goal = read_goal(state.request, found.places, kinds)
+            goal = read_goal(state.request, found.places, kinds, found.robots)
             bound = desired(goal, where, damaged, reach) if goal is not None else None
             if bound is None:
                 return None
             notes["want"], notes["order"] = bound
+            notes["movers"] = goal.movers if goal is not None else {}
         want, order = notes["want"], notes.get("order") or []
         todo = [t for t in want if t in where and where[t] != want[t]]
         if not todo:
@@ -531,7 +551,7 @@ class ZonesSkill:
         elif first is not None and stem(todo[0]) == first:
             todo = [t for t in todo if stem(t) == first]  # the priority kind before anything else
         free = [r for r in found.robots if r not in situation.toolbox.busy]
-        planned = plan_turn(todo, where, want, reach, free)
+        planned = plan_turn(todo, where, want, reach, free, notes.get("movers"))
         if not planned:
             return None
         calls = [ToolCall(name=found.move.name, arguments={found.thing: t, found.place: dest}, target_robot_name=r)
