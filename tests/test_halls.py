@@ -199,6 +199,21 @@ def test_a_delivery_goes_from_a_reception_hall_and_ends_with_words() -> None:
     assert world.calls[-1].startswith("robot1.drop_from_tray(book_")
 
 
+def test_everything_of_a_delivery_goes_to_the_hall_the_user_names() -> None:
+    # MAGMA's additional-delivery request (MainDefinition): no class is named, only the hall the
+    # delivery is in. The model alone walked a robot between Hall3 and Hall4 until the budget ran out.
+    world = HallWorld({"Hall1": ["book_3", "pen_1"], "Hall2": [], "Hall3": ["backpack_2", "book_1", "pen_2"],
+                       "Hall4": []})
+    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall1", "Hall3"],
+                  "storage_halls": ["Hall2", "Hall4"], "object_classes": CLASSES}
+    quota = {("Hall4", "backpack"): 1, ("Hall4", "book"): 1, ("Hall4", "pen"): 1}
+    spent, say = run_stages(world, "A delivery has arrived in Hall3. Send all its objects to Hall4.", quota,
+                            [(1, 14), (2, 8), (3, 8)], attributes=attributes, reset=False, then_answer=True)
+    assert len(spent) == 3 and say.startswith("Done."), world.calls
+    assert sorted(world.halls["Hall4"]) == ["backpack_2", "book_1", "pen_2"]
+    assert world.halls["Hall1"] == ["book_3", "pen_1"]  # the other reception hall's objects stay
+
+
 # -- pure pieces, from real trace strings ------------------------------------------------------
 
 
@@ -231,6 +246,12 @@ def test_goals_are_read_from_the_request_forms() -> None:
     rules = ["New rule: package and pen objects belong in Hall2, backpack and book objects belong in Hall4."]
     goal = read_goal("A delivery has arrived. Sort all book objects into their assigned hall.", rules, HALLS, CLASSES)
     assert goal is not None and goal.assign == {"book": "Hall4"}
+    goal = read_goal("A delivery has arrived in Hall3. Send all its objects to Hall4. There is another delivery in "
+                     "Hall1 too. Send all of those objects to Hall4 as well.", [], HALLS, CLASSES)
+    assert goal is not None and goal.sources == {"Hall3": "Hall4", "Hall1": "Hall4"} and not goal.assign
+    goal = read_goal("Send all objects from Hall1 to Hall2.", [], HALLS, CLASSES)
+    assert goal is not None and goal.sources == {"Hall1": "Hall2"}
+    assert read_goal("Send all its objects to Hall4.", [], HALLS, CLASSES) is None  # from where?
     assert read_goal("Change of plan: deliver that book to Hall2 instead.", [], HALLS, CLASSES) is None
     assert read_goal("Which storage halls are assigned to book?", [], HALLS, CLASSES) is None
     assert class_of("backpack_2", CLASSES) == "backpack"

@@ -151,9 +151,10 @@ class Goal:
     exact: dict[tuple[str, str], int] = field(default_factory=dict)  # (hall, class) -> count, surplus moves away
     atleast: dict[tuple[str, str], int] = field(default_factory=dict)  # (hall, class) -> at least this many
     assign: dict[str, str] = field(default_factory=dict)  # class -> the hall all of them belong in
+    sources: dict[str, str] = field(default_factory=dict)  # hall -> the hall everything found in it goes to
 
     def __bool__(self) -> bool:
-        return bool(self.exact or self.atleast or self.assign)
+        return bool(self.exact or self.atleast or self.assign or self.sources)
 
 
 _EACH = re.compile(r"\beach\s+(\w+)\s+(?:must|should|has to|needs to)\s+(?:contain|have|hold|get)\s+([^.]+)",
@@ -166,6 +167,13 @@ _BELONG = re.compile(r"([\w\s,]+?)\s+(?:belongs?|goe?s?|are assigned|is assigned
                      r"(?:in|into|to|at)\s+(?:the\s+)?(\S+?)[.,;!]?(?=\s|$)", re.I)
 _ASSIGNED = re.compile(r"\bassigned\s+(?:storage\s+)?halls?\b|\bwhere\s+(?:it|they)\s+belongs?\b|\bstorage rules\b(?!.*"
                        r"\bexception\b)", re.I)
+# "A delivery has arrived in Hall3. Send all its objects to Hall4." / "There is another delivery in
+# Hall1 too. Send all of those objects to Hall4 as well." / "Send all objects from Hall1 to Hall2."
+_ALL_FROM = re.compile(r"\b(?:send|move|bring|carry|deliver|take|transfer)\s+all\s+(?:of\s+)?(?:the\s+)?"
+                       r"(?:(?P<pronoun>its|their|those|these|them)\s+)?(?:objects?|items?|products?)?\s*"
+                       r"(?:from\s+(?:the\s+)?(?P<source>[\w-]+)\s+)?(?:to|into)\s+(?:the\s+)?(?P<target>[\w-]+)", re.I)
+_ARRIVED = re.compile(r"\b(?:delivery|shipment|order|objects?|products?)\b[^.]*?\b(?:in|at)\s+(?:the\s+)?"
+                      r"(?P<hall>[\w-]+)", re.I)
 _UNSURE = re.compile(r"\b(instead|change of plan|except|do not|don't|never|leave|first|priority)\b", re.I)
 
 
@@ -188,6 +196,16 @@ def read_goal(request: str, rules: Sequence[str], halls: Sequence[str], classes:
             hall = _hall_in(m.group(2), halls)
             for c, n in (_counted(m.group(1), classes) if hall else {}).items():
                 goal.atleast[(hall, c)] = n
+    sentences = re.split(r"(?<=[.!?;])\s+", request)
+    for index, sentence in enumerate(sentences):
+        for m in _ALL_FROM.finditer(sentence):
+            target = _hall_in(m["target"], halls)
+            named = _hall_in(m["source"], halls) if m["source"] else None
+            previous = sentences[index - 1] if index else ""
+            before = [_hall_in(a["hall"], halls) for a in _ARRIVED.finditer(previous)]
+            source = named or (before[-1] if m["pronoun"] and before else None)
+            if target and source and source != target and not _classes_in(sentence, classes):
+                goal.sources[source] = target
     if not goal and _ASSIGNED.search(request):
         # "Sort all book objects into their assigned hall": the halls come from the rules.
         wanted = _classes_in(request, classes) or list(classes)
@@ -421,8 +439,22 @@ class Planner:
     def carried(self, c: str) -> int:
         return sum(1 for items in self.tray.values() for o in items if self.cls(o) == c)
 
+    def sent_to(self, obj: str) -> str | None:
+        """The hall a source goal sends obj to: where everything found in its first hall goes; an
+        object on a tray whose first hall lava no longer knows goes where every source sends."""
+        if not self.goal.sources:
+            return None
+        first = next((h for h, objs in self.notes["initial"]["halls"].items() if obj in objs), None)
+        if first is not None:
+            return self.goal.sources.get(first)
+        targets = set(self.goal.sources.values())
+        carried = any(obj in items for items in self.tray.values())
+        return targets.pop() if carried and len(targets) == 1 else None
+
     def wanted_at(self, obj: str, hall: str) -> bool:
         """Whether unloading obj in hall serves the goal (the hall must have been seen)."""
+        if (target := self.sent_to(obj)) is not None:
+            return target == hall
         c = self.cls(obj)
         if c in self.goal.assign:
             return self.goal.assign[c] == hall
@@ -438,6 +470,10 @@ class Planner:
         """Objects in this hall the goal wants elsewhere."""
         out = []
         for o in self.known.get(hall, []):
+            if (target := self.sent_to(o)) is not None:
+                if target != hall:
+                    out.append(o)
+                continue
             c = self.cls(o)
             if c in self.goal.assign:
                 if self.goal.assign[c] != hall:
@@ -463,7 +499,7 @@ class Planner:
 
     def unexplored(self) -> list[str]:
         halls = [h for h in self.halls if h not in self.known]
-        return sorted(halls, key=lambda h: (h not in self.reception, self.halls.index(h)))
+        return sorted(halls, key=lambda h: (h not in self.goal.sources, h not in self.reception, self.halls.index(h)))
 
     def satisfied(self) -> bool:
         if any(self.tray.get(r) for r in self.robots) or any(r not in self.at for r in self.robots):
@@ -474,6 +510,9 @@ class Planner:
         for (h, c), n in self.goal.atleast.items():
             if self.count(h, c) < n:
                 return False
+        if self.goal.sources and (any(h not in self.known for h in self.goal.sources)
+                                  or any(self.movable(h) for h in self.known)):
+            return False
         return not (self.goal.assign and (self.unexplored() or any(self.movable(h) for h in self.known)))
 
     def options(self, robot: str) -> tuple[int, str, str | None] | None:
@@ -499,9 +538,9 @@ class Planner:
         if not targets and tray:
             # Assigned halls need no look before unloading; exact quotas do (the count decides).
             targets = [h for h in self.halls if h != here and h not in blocked
-                       and any(self.goal.assign.get(self.cls(o)) == h for o in tray)]
+                       and any(self.goal.assign.get(self.cls(o)) == h or self.sent_to(o) == h for o in tray)]
         if targets:
-            return 3, "move", max(targets, key=lambda h: sum(self.wanted_at(o, h) or
+            return 3, "move", max(targets, key=lambda h: sum(self.wanted_at(o, h) or self.sent_to(o) == h or
                                                              self.goal.assign.get(self.cls(o)) == h for o in tray))
         if self.satisfied():
             return None
