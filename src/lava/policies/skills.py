@@ -37,6 +37,7 @@ SKILLS: dict[str, tuple[str, str]] = {
     "returns": ("lava.policies.returns", "ReturnsSkill"),
     "halls": ("lava.policies.halls", "HallsSkill"),  # robots carrying a tray between halls
     "zones": ("lava.policies.zones", "ZonesSkill"),  # robots sharing areas (bi_robot_sorting)
+    "kitchen": ("lava.policies.kitchen", "KitchenSkill"),  # a washer and a storer clearing a table
     "procedures": ("lava.policies.procedures", "ProceduresSkill"),  # a rule's ordered steps (coffee, laundry)
     "cubes": ("lava.policies.cubes", "CubesSkill"),  # cubes counted by color, taken by color and place
 }

@@ -1,0 +1,308 @@
+"""Kitchen: two robots share a table, one of them washes dishware at a sink (MAGMA's two-robot
+table_cleaning, AdvancedCleanTable). A small model takes "the sink" for an object, sends the
+washer to storage it cannot reach and loses the stage budget; the task is a small scheduling
+problem, so this skill plans it.
+
+1. Recognise the shape, not the scenario: two robots, a parameterless scan, a take and a put tool
+   (demos.roles), a tool that cleans one named object, and places whose names say sink, drying,
+   trash, food storage, dish storage and table.
+2. The washer is the robot the rules name with the sink (else the one whose name says dish or
+   wash); the other robot stores. Refusals do not teach more: they make lava look
+   again, and the second refusal of one object leaves the turn to the model.
+3. Scan once, then keep the scene in the skill's notes: where each object is, which are dirty,
+   what each robot holds.
+4. Goals read from the request: wash the dirty dishware ("Clean all dirty dishes in the sink");
+   put every object where it belongs ("Store the clean dishware and clear the table", "Clean and
+   store every object correctly"): dirty food to the trash, clean food to the food storage,
+   dishware, washed first when dirty, to the dish storage; wipe the table (take the sponge, wipe,
+   put it back on the table). Anything else goes to the model.
+5. Each turn, at most one call per robot, and at most one call per busy spot (the table, the drying
+   zone), since MAGMA serialises robots reaching the same place; "Done." once the goal holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import AgentDecision, ToolCall
+from ..situation import Situation
+from ..tools import CANCEL_TOOL, ToolSpec
+from .demos import roles
+from .goals import stem
+from .names import location_values
+from .scene import read_scene
+from .task_state import TaskState, results_with_calls
+
+# World knowledge, not MAGMA's lists: the dishware and cleaning things of a kitchen table. Any
+# other kind on the table is taken for food, and a refusal ("can only take dishware") corrects it.
+DISHWARE = frozenset({"plate", "glass", "cup", "mug", "bowl", "goblet", "dish", "saucer", "fork", "knife", "spoon",
+                      "pan", "pot", "teapot", "kettle", "jug", "pitcher", "tumbler", "wineglass", "ladle"})
+CLEANING = frozenset({"sponge", "cloth", "towel", "brush", "rag", "scrubber", "wipe"})
+MAX_RETRIES = 1  # a second refusal for the same object: lava's picture is wrong, the model decides
+
+_CLEAN_TOOL = re.compile(r"\b(?:clean|wash|scrub|rinse)", re.I)
+_WIPE_TOOL = re.compile(r"\bwipe", re.I)
+_DIRTY = re.compile(r"\bdirty\s+objects?\s+(?:is|are)\s*:?\s*(?P<things>[\w-]+(?:\s*,\s*[\w-]+)*)", re.I)
+_NOT_DISHWARE = re.compile(r"can only (?:take|handle|clean) dishware", re.I)
+
+_WASH = re.compile(r"\b(?:clean|wash)\w*\s+(?:all\s+)?(?:the\s+)?dirty\s+(?:dish|plate|dishware)", re.I)
+_STORE = re.compile(r"\b(?:store|clear|put every|put all|tidy|clean and store|where it belongs|correct location)", re.I)
+_WIPE_REQUEST = re.compile(r"\bwipe\b", re.I)
+_UNSURE = re.compile(r"\b(?:set the table|leave|keep|except|only|instead|not|never|but)\b", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Kitchen:
+    observe: ToolSpec
+    take: ToolSpec
+    put: ToolSpec
+    clean: ToolSpec
+    wipe: ToolSpec | None
+    washer: str
+    storer: str
+    table: str
+    sink: str
+    drying: str
+    trash: str
+    food_store: str
+    dish_store: str
+
+
+def _place(places: Sequence[str], *patterns: str) -> str | None:
+    found = [p for p in places if all(re.search(pattern, p, re.I) for pattern in patterns)]
+    return found[0] if len(found) == 1 else None
+
+
+def kitchen(situation: Situation, rules: Sequence[str]) -> Kitchen | None:
+    toolbox = situation.toolbox
+    robots = list(toolbox.robots or ())
+    observe, take, put = roles(toolbox)
+    if len(robots) != 2 or observe is None or take is None or put is None:
+        return None
+    clean = next((t for t in toolbox.tools if t.name != CANCEL_TOOL and len(t.params) == 1 and t not in (take, put)
+                  and _CLEAN_TOOL.search(f"{t.name.replace('_', ' ')} {t.description}")), None)
+    wipe = next((t for t in toolbox.tools if not t.params and t is not observe
+                 and _WIPE_TOOL.search(f"{t.name.replace('_', ' ')} {t.description}")), None)
+    places = location_values(situation.attributes)
+    spots = (_place(places, "table"), _place(places, "sink"), _place(places, "dry"),
+             _place(places, "trash|garbage|bin"), _place(places, "food"), _place(places, "dish"))
+    if clean is None or any(spot is None for spot in spots):
+        return None
+    table, sink, drying, trash, food_store, dish_store = spots  # type: ignore[misc]
+    # "For dirty dishware, the dish_robot puts it in sink and uses clean": the washer works at the sink.
+    named = [r for r in robots if any(re.search(rf"(?<![\w-]){re.escape(r)}(?![\w-])", rule) and sink in rule
+                                      for rule in rules)]
+    by_name = [r for r in robots if re.search(r"dish|wash|sink", r, re.I)]
+    washer = named[0] if len(named) == 1 else by_name[0] if len(by_name) == 1 else None
+    if washer is None:
+        return None
+    storer = next(r for r in robots if r != washer)
+    return Kitchen(observe, take, put, clean, wipe, washer, storer, table, sink, drying, trash, food_store,
+                   dish_store)
+
+
+def kind(thing: str, food: Sequence[str] = ()) -> str:
+    """'dishware', 'cleaning' or 'food' for an object name (plate_2, sponge, apple_1)."""
+    base = stem(thing)
+    if base in food:
+        return "food"
+    if base in DISHWARE or base.rstrip("s") in DISHWARE:
+        return "dishware"
+    return "cleaning" if base in CLEANING else "food"
+
+
+def read_goal(request: str) -> str | None:
+    """'wash', 'store' or 'wipe', or None when the request is not one of them."""
+    if _UNSURE.search(request):
+        return None
+    if _WIPE_REQUEST.search(request) and not _STORE.search(request):
+        return "wipe"
+    if _STORE.search(request):
+        return "store"
+    if _WASH.search(request):
+        return "wash"
+    return None
+
+
+class KitchenSkill:
+    name = "kitchen"
+
+    # -- observe: fold each result into the notes -------------------------------------------
+
+    def observe(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> None:
+        rules = [*situation.memory.memory_list, *state.rules]
+        found = kitchen(situation, rules)
+        if found is None or situation.feedback is None:
+            return
+        for result, call in results_with_calls(situation.feedback, state):
+            value = next(iter((call.get("arguments") or {}).values()), None)
+            self.fold(found, notes, result.robot, call["name"], value, result.ok, result.message)
+
+    @staticmethod
+    def fold(found: Kitchen, notes: dict[str, Any], robot: str, name: str, value: Any, ok: bool,
+             message: str) -> None:
+        where: dict[str, str] = notes.setdefault("where", {})
+        held: dict[str, str] = notes.setdefault("held", {})
+        dirty: list[str] = notes.setdefault("dirty", [])
+        if name == found.observe.name:
+            scene = read_scene(message) if ok else None
+            if scene is not None:
+                notes["where"] = {t: place for place, things in scene.items() for t in things}
+                match = _DIRTY.search(message)
+                notes["dirty"] = [t.strip() for t in match["things"].split(",")] if match else []
+                notes["stale"] = False
+            return
+        if not ok:
+            if isinstance(value, str):
+                if _NOT_DISHWARE.search(message) and stem(value) not in notes.setdefault("food", []):
+                    notes["food"].append(stem(value))
+                retries = notes.setdefault("retries", {})
+                retries[value] = retries.get(value, 0) + 1
+            notes["stale"] = True  # what lava believed was wrong: look again
+            return
+        if name == found.take.name and isinstance(value, str):
+            where.pop(value, None)
+            held[robot] = value
+        elif name == found.put.name and isinstance(value, str) and robot in held:
+            where[held.pop(robot)] = value
+        elif name == found.clean.name and isinstance(value, str):
+            where[value] = found.drying  # MAGMA's clean moves the washed dish to the drying zone
+            if value in dirty:
+                dirty.remove(value)
+        elif found.wipe is not None and name == found.wipe.name:
+            notes["wiped"] = True
+
+    # -- next: one call per robot --------------------------------------------------------------
+
+    def next(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> AgentDecision | None:
+        rules = [*situation.memory.memory_list, *state.rules]
+        found = kitchen(situation, rules)
+        if found is None or state.request is None:
+            return None
+        goal = read_goal(state.request)
+        if goal is None or (goal == "wipe" and found.wipe is None):
+            return None
+        if notes.get("request") != state.request:
+            notes.update(request=state.request, wiped=False)
+        if any(n > MAX_RETRIES for n in (notes.get("retries") or {}).values()):
+            return None
+        busy = set(situation.toolbox.busy)
+        if not notes.get("where") or notes.get("stale"):
+            if notes.get("looks", 0) >= 3:
+                return None
+            robot = next((r for r in (found.storer, found.washer) if r not in busy), found.storer)
+            notes["looks"] = notes.get("looks", 0) + 1
+            return AgentDecision(tool_calls=[ToolCall(name=found.observe.name, arguments={}, target_robot_name=robot)])
+        notes["looks"] = 0
+        calls = self.plan(found, goal, notes, busy)
+        if calls:
+            return AgentDecision(tool_calls=calls)
+        if self.done(found, goal, notes):
+            return AgentDecision(say=self.summary(goal))
+        return None
+
+    @staticmethod
+    def home(found: Kitchen, thing: str, notes: Mapping[str, Any]) -> str | None:
+        """Where an object belongs once the table is cleared; None for the cleaning things."""
+        sort = kind(thing, notes.get("food") or ())
+        if sort == "cleaning":
+            return None
+        if sort == "dishware":
+            return found.dish_store
+        return found.trash if thing in (notes.get("dirty") or []) else found.food_store
+
+    def wanted(self, found: Kitchen, goal: str, notes: Mapping[str, Any]) -> dict[str, str]:
+        """Objects not where the goal wants them, with the place each must end in."""
+        where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
+        held = {t: r for r, t in (notes.get("held") or {}).items()}
+        things = [*where, *held]
+        out: dict[str, str] = {}
+        for thing in things:
+            sort = kind(thing, notes.get("food") or ())
+            if goal == "wash":
+                if sort == "dishware" and thing in dirty:
+                    out[thing] = found.drying
+            elif goal == "store":
+                home = self.home(found, thing, notes)
+                if home is not None and (where.get(thing) != home or thing in held):
+                    out[thing] = home
+            elif goal == "wipe" and sort == "cleaning" and (thing in held or where.get(thing) != found.table):
+                out[thing] = found.table
+        return out
+
+    def plan(self, found: Kitchen, goal: str, notes: dict[str, Any], busy: set[str]) -> list[ToolCall]:
+        where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
+        held: dict[str, str] = dict(notes.get("held") or {})
+        calls: list[ToolCall] = []
+        spots: set[str] = set()  # places a call of this turn already reaches
+
+        def add(robot: str, tool: ToolSpec, value: str | None, spot: str) -> None:
+            arguments = {tool.params[0].name: value} if tool.params and value is not None else {}
+            calls.append(ToolCall(name=tool.name, arguments=arguments, target_robot_name=robot))
+            spots.add(spot)
+
+        if goal == "wipe":
+            if found.storer in busy:
+                return []
+            sponge = next((t for t in [*where, *held.values()] if kind(t) == "cleaning"), None)
+            holding = held.get(found.storer)
+            if notes.get("wiped"):
+                if holding is not None:
+                    add(found.storer, found.put, found.table, found.table)
+                return calls
+            if holding is None and sponge is not None and where.get(sponge) == found.table:
+                add(found.storer, found.take, sponge, found.table)
+            elif holding is not None and kind(holding) == "cleaning" and found.wipe is not None:
+                add(found.storer, found.wipe, None, found.table)
+            return calls
+
+        todo = self.wanted(found, goal, notes)
+        # The washer: finish what it holds, else take the next dirty dish to the sink.
+        if found.washer not in busy:
+            holding = held.get(found.washer)
+            if holding is not None:
+                if holding in dirty:
+                    add(found.washer, found.put, found.sink, found.sink)
+                else:
+                    add(found.washer, found.put, found.drying, found.drying)
+            else:
+                in_sink = sorted(t for t, p in where.items() if p == found.sink and t in dirty and t in todo)
+                on_table = sorted(t for t, p in where.items() if p in (found.table, found.drying) and t in dirty
+                                  and t in todo and kind(t, notes.get("food") or ()) == "dishware")
+                if in_sink:
+                    add(found.washer, found.clean, in_sink[0], found.drying)
+                elif on_table and where[on_table[0]] not in spots:
+                    add(found.washer, found.take, on_table[0], where[on_table[0]])
+        # The storer: put away what it holds, else take the next clean object to store.
+        if found.storer not in busy and goal == "store":
+            holding = held.get(found.storer)
+            if holding is not None:
+                target = self.home(found, holding, notes) or found.table
+                if target not in spots:
+                    add(found.storer, found.put, target, target)
+            else:
+                reachable = (found.table, found.drying, found.food_store, found.dish_store)
+                ready = sorted((t for t in todo if where.get(t) in reachable and not (
+                    kind(t, notes.get("food") or ()) == "dishware" and t in dirty)),
+                    key=lambda t: (where[t] != found.table, t))
+                ready = [t for t in ready if where[t] not in spots]
+                if ready:
+                    add(found.storer, found.take, ready[0], where[ready[0]])
+        return calls
+
+    def done(self, found: Kitchen, goal: str, notes: Mapping[str, Any]) -> bool:
+        if goal == "wipe":
+            return bool(notes.get("wiped")) and not (notes.get("held") or {})
+        return not self.wanted(found, goal, notes) and not (notes.get("held") or {})
+
+    @staticmethod
+    def summary(goal: str) -> str:
+        return {"wash": "Done. Every dirty dish is clean and drying.",
+                "store": "Done. Every object is clean and in its place.",
+                "wipe": "Done. The table is wiped and the sponge is back on it."}[goal]
+
+
+__all__ = ["DISHWARE", "Kitchen", "KitchenSkill", "kind", "kitchen", "read_goal"]

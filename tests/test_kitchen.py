@@ -1,0 +1,251 @@
+"""A washer and a storer clearing a table (MAGMA's two-robot table_cleaning), planned by the kitchen
+skill without the model.
+
+The world answers with the messages of MAGMA's adct_tools.py and enforces its checks: the dish
+robot takes only dishware, from the table, the sink or the drying zone, and puts only in the sink
+(dirty) or the drying zone (clean); only it cleans, an object in the sink, with an empty gripper,
+which moves the dish to the drying zone; the table robot never reaches the sink; dirty food goes
+to the trash, clean food to the food storage, clean dishware to the dish storage. Stages count
+calls as the AdvancedCleanTable preset does: each wants one more object right, in 8 calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from conftest import user_input
+from lava.backends.base import GenerationRequest
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.kitchen import kind, read_goal
+from lava.policies.magma import MagmaPolicy
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+
+LOCATIONS = ["table", "food_storage", "dish_storage", "trashcan", "sink", "drying_zone"]
+RULES = [
+    "Cleaning the table means removing all food and dishware. Setting it means leaving only the requested types and "
+    "counts of clean objects: reuse matching clean objects already there, and remove extras or dirty objects.",
+    "Use scan_scene to find objects, their locations, and which ones are dirty.",
+    "The table_robot puts dirty food in trashcan and clean food in food_storage.",
+    "For dirty dishware, the dish_robot puts it in sink and uses clean; clean moves it to drying_zone.",
+    "The table_robot takes clean dishware from drying_zone and puts it in dish_storage.",
+    "Only the table_robot can access food_storage and dish_storage.",
+]
+TOOLS = [
+    {"name": "cancel_current_action", "description": "Cancel the current action running on the targeted robot.",
+     "arguments": {}},
+    {"name": "scan_scene", "description": "Returns visible objects, their locations, and dirty objects.",
+     "arguments": {}},
+    {"name": "take", "description": "Pick up an object with the selected robot.",
+     "arguments": {"name": {"description": "Name of the object to pick up", "type": "str"}}},
+    {"name": "put", "description": "Place the held object in a target location.",
+     "arguments": {"target": {"description": "Target location", "type": "str"}}},
+    {"name": "clean", "description": "Clean dirty dishware located in the sink.",
+     "arguments": {"name": {"description": "Name of the dishware to clean", "type": "str"}}},
+    {"name": "wipe", "description": "Wipe the empty table with the sponge.", "arguments": {}},
+]
+FOOD = {"apple", "banana"}
+
+
+class KitchenWorld:
+    def __init__(self, where: dict[str, str], dirty: set[str]) -> None:
+        self.where, self.dirty = dict(where), set(dirty)
+        self.held: dict[str, str | None] = {"dish_robot": None, "table_robot": None}
+        self.wiped = False
+        self.calls: list[str] = []
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        value = next(iter(args.values()), None)
+        ok, message = self.check(robot, name, value)
+        self.calls.append(f"{robot}.{name}({value or ''})" + ("" if ok else " FAILED"))
+        return ok, message
+
+    def check(self, robot: str, name: str, value: str | None) -> tuple[bool, str]:
+        if name == "scan_scene":
+            text = "This is the position of existing objects:"
+            for place in ["table", "trashcan", "drying_zone", "sink", "food_storage", "dish_storage"]:
+                things = [t for t, p in self.where.items() if p == place]
+                if things:
+                    text += f" {place} contains {', '.join(things)}."
+            dirty = [t for t in self.where if t in self.dirty] + [t for t in self.held.values() if t in self.dirty]
+            text += (" There are no dirty objects." if not dirty else f" Dirty object is {dirty[0]}." if len(dirty) == 1
+                     else f" Dirty objects are {', '.join(dirty)}.")
+            return True, text
+        if name == "take":
+            if value not in self.where:
+                return False, f"{value} was not detected."
+            place = self.where[value]
+            if robot == "dish_robot":
+                if value.rsplit("_", 1)[0] in FOOD or value == "sponge":
+                    return False, "The dish robot can only take dishware."
+                if place not in ("table", "sink", "drying_zone"):
+                    return False, f"The dish robot cannot reach {place}."
+            elif place not in ("table", "drying_zone", "food_storage", "dish_storage"):
+                return False, f"The table robot cannot reach {place}."
+            if self.held[robot] is not None:
+                return False, "The gripper is not empty."
+            del self.where[value]
+            self.held[robot] = value
+            return True, f"{value} is in the gripper."
+        if name == "put":
+            thing = self.held[robot]
+            if thing is None:
+                return False, "The gripper is empty."
+            dirty, food = thing in self.dirty, thing.rsplit("_", 1)[0] in FOOD
+            if robot == "dish_robot":
+                if value not in ("sink", "drying_zone"):
+                    return False, "The dish robot can only put objects in he sink or drying zone."
+                if value == "sink" and not dirty:
+                    return False, f"{thing} is already clean."
+                if value == "drying_zone" and dirty:
+                    return False, f"{thing} must be cleaned before drying."
+            else:
+                if value not in ("table", "drying_zone", "food_storage", "dish_storage", "trashcan"):
+                    return False, f"The table robot cannot put objects in {value}."
+                if value == "trashcan" and not (food and dirty):
+                    return False, "Only dirty food can be thrown away."
+                if value == "food_storage" and not (food and not dirty):
+                    return False, "Only clean food can be put in food storage."
+                if value == "dish_storage" and (food or dirty or thing == "sponge"):
+                    return False, "Only clean dishware can be stored."
+            self.where[thing] = value
+            self.held[robot] = None
+            return True, f"Successfully placed {thing} in {value}."
+        if name == "clean":
+            if robot != "dish_robot":
+                return False, "Only the dish robot can clean dishware."
+            if self.where.get(value) != "sink":
+                return False, f"{value} must be in the sink before cleaning."
+            if value not in self.dirty:
+                return False, f"{value} is already clean."
+            if self.held[robot] is not None:
+                return False, "The gripper is not empty."
+            self.dirty.discard(value)
+            self.where[value] = "drying_zone"
+            return True, f"{value} is now clean and in drying_zone."
+        if name == "wipe":
+            if robot != "table_robot":
+                return False, "Only the table robot can wipe the table."
+            if self.held[robot] != "sponge":
+                return False, "The table robot must hold the sponge."
+            if any(p == "table" for p in self.where.values()):
+                return False, "The table must be empty before wiping."
+            self.wiped = True
+            return True, "The table was wiped successfully."
+        return False, f"Unknown tool {name}."
+
+
+def no_model(req: GenerationRequest):
+    raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[-400:]}")
+
+
+class Episode:
+    def __init__(self, world: KitchenWorld) -> None:
+        self.world = world
+        self.engine = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+        self.memory: dict = {"memory_list": list(RULES), "history": []}
+
+    def turn(self, instruction: dict) -> dict:
+        attributes = {"locations": LOCATIONS, "object_classes": ["food", "dishware", "cleaning_objects"],
+                      "known_robots": ["dish_robot", "table_robot"],
+                      "robot_statuses": {"dish_robot": "FREE", "table_robot": "FREE"}}
+        entry = user_input(instruction["content"], memory=self.memory, tools=TOOLS, attributes=attributes)
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(self.engine.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        self.memory = out["memory"]
+        return out["output"]
+
+    def act(self, request: str, progress, stages: int, *, budget: int = 8, max_turns: int = 40) -> str:
+        """Run a request to its text answer; `progress(world)` counts what is right, and each of the
+        `stages` wants one more within `budget` calls (every robot's call counts)."""
+        start = progress(self.world)
+        stage, calls = 1, 0
+        decision = self.turn({"type": "user", "content": request})
+        for _ in range(max_turns):
+            if not decision["tool_calls"]:
+                assert stage > stages, f"answered before the goal held: {decision['say']} {self.world.calls}"
+                return decision["say"]
+            robots = [c["target_robot_name"] for c in decision["tool_calls"]]
+            assert len(robots) == len(set(robots)), decision
+            results = [(c, *self.world.run(c["target_robot_name"], c["name"], c["arguments"]))
+                       for c in decision["tool_calls"]]
+            calls += len(results)
+            while stage <= stages and progress(self.world) - start >= stage:
+                stage, calls = stage + 1, 0
+            assert calls <= budget, f"stage {stage} over budget: {self.world.calls}"
+            feedback = {"infos": "\n".join(f"{c['target_robot_name']}: {c['name']} {'succeed' if ok else 'failed'} "
+                                           f"with message: {m}" for c, ok, m in results),
+                        "previous_tool_call": {c["target_robot_name"]: {"name": c["name"], "arguments": c["arguments"]}
+                                               for c, _, _ in results}}
+            decision = self.turn({"type": "env", "content": json.dumps(feedback)})
+        raise AssertionError(f"no answer after {max_turns} turns: {self.world.calls}")
+
+
+def stored(world: KitchenWorld) -> int:
+    """ArrangeAndCleanObjectsStage's count: objects in their place and state."""
+    right = 0
+    for thing, place in world.where.items():
+        food, dirty = thing.rsplit("_", 1)[0] in FOOD, thing in world.dirty
+        if thing == "sponge":
+            continue
+        right += place == ("trashcan" if food and dirty else "food_storage" if food else "dish_storage") and not (
+            dirty and not food)
+    return right
+
+
+# The layout of the compiled AdvancedCleanTable episode: a dirty plate on the table, a dirty apple.
+START = {"apple_1": "table", "glass_1": "table", "plate_2": "table", "banana_1": "table", "sponge": "table",
+         "apple_2": "food_storage", "cup_1": "dish_storage"}
+
+
+def test_the_advanced_clean_table_episode_without_the_model() -> None:
+    world = KitchenWorld(START, {"plate_2", "apple_1"})
+    run = Episode(world)
+    washed = run.act("Clean all dirty dishes in the sink.", lambda w: int("plate_2" not in w.dirty), 1)
+    assert washed.startswith("Done.")
+    assert world.calls[:4] == ["table_robot.scan_scene()", "dish_robot.take(plate_2)", "dish_robot.put(sink)",
+                               "dish_robot.clean(plate_2)"]
+    run.act("Store the clean dishware and clear the table by putting every object in its correct location.",
+            stored, 4)
+    assert world.where == {"apple_1": "trashcan", "glass_1": "dish_storage", "plate_2": "dish_storage",
+                           "banana_1": "food_storage", "sponge": "table", "apple_2": "food_storage",
+                           "cup_1": "dish_storage"}
+    assert not any("FAILED" in call for call in world.calls), world.calls
+    said = run.act("Now wipe the empty table.", lambda w: int(w.wiped and w.where.get("sponge") == "table"), 1,
+                   budget=4)
+    assert said.startswith("Done.") and world.calls[-3:] == ["table_robot.take(sponge)", "table_robot.wipe()",
+                                                            "table_robot.put(table)"]
+
+
+def test_clearing_and_washing_run_in_parallel() -> None:
+    # Both robots work in one decision when they reach different places; never both at the table.
+    world = KitchenWorld({"cup_2": "table", "apple_1": "drying_zone", "glass_2": "table", "banana_2": "table"},
+                         {"cup_2", "glass_2"})
+    run = Episode(world)
+    run.act("Clean and store every object correctly.", stored, 4)
+    assert stored(world) == 4 and not world.dirty
+    assert not any("FAILED" in call for call in world.calls), world.calls
+    assert len(world.calls) <= 1 + 3 * 2 + 2 * 2 + 2 * 2 + 2
+
+
+@pytest.mark.parametrize(("request_text", "goal"), [
+    ("Clean all dirty dishes in the sink.", "wash"),
+    ("Store the clean dishware and clear the table by putting every object in its correct location.", "store"),
+    ("Clean and store every object correctly.", "store"),
+    ("Now wipe the empty table.", "wipe"),
+    ("Set the table with 1 plate and 1 glass.", None),  # not planned yet: the model decides
+    ("Clear the table but leave the glass.", None),
+])
+def test_goals(request_text: str, goal: str | None) -> None:
+    assert read_goal(request_text) == goal
+
+
+def test_kinds_come_from_world_knowledge_and_refusals() -> None:
+    assert [kind(t) for t in ("plate_2", "glass_1", "mugs_1", "sponge", "apple_1", "kiwi_3")] == [
+        "dishware", "dishware", "dishware", "cleaning", "food", "food"]
+    assert kind("bowl_1", food=["bowl"]) == "food"  # "The dish robot can only take dishware."
