@@ -48,7 +48,7 @@ TOOLS = [
      "arguments": {"name": {"description": "Name of the dishware to clean", "type": "str"}}},
     {"name": "wipe", "description": "Wipe the empty table with the sponge.", "arguments": {}},
 ]
-FOOD = {"apple", "banana"}
+FOOD = {"apple", "banana", "mango", "orange"}
 
 
 class KitchenWorld:
@@ -233,12 +233,30 @@ def test_clearing_and_washing_run_in_parallel() -> None:
     assert len(world.calls) <= 1 + 3 * 2 + 2 * 2 + 2 * 2 + 2
 
 
+def test_setting_the_table_reuses_clean_objects_and_washes_what_it_lacks() -> None:
+    # AdvancedDefinition's SetTableRequest: the requested counts of clean objects on the table,
+    # everything else clean and in its place.
+    world = KitchenWorld({"mango_1": "table", "goblet_1": "table", "sponge": "table", "goblet_2": "dish_storage",
+                          "bowl_2": "dish_storage", "orange_2": "food_storage"}, {"goblet_1"})
+    target = {"goblet_1": "table", "goblet_2": "table", "bowl_2": "table", "mango_1": "food_storage",
+              "orange_2": "food_storage", "sponge": "table"}
+
+    def right(w: KitchenWorld) -> int:
+        return sum(w.where.get(t) == p and t not in w.dirty for t, p in target.items() if t != "sponge")
+
+    said = Episode(world).act("Set the table with 2 goblets and 1 bowl.", right, 4)
+    assert world.where == target and not world.dirty
+    assert said.startswith("Done.")
+    assert not any("FAILED" in call for call in world.calls), world.calls
+
+
 @pytest.mark.parametrize(("request_text", "goal"), [
     ("Clean all dirty dishes in the sink.", "wash"),
     ("Store the clean dishware and clear the table by putting every object in its correct location.", "store"),
     ("Clean and store every object correctly.", "store"),
     ("Now wipe the empty table.", "wipe"),
-    ("Set the table with 1 plate and 1 glass.", None),  # not planned yet: the model decides
+    ("Set the table with 1 plate and 1 glass.", "set"),
+    ("Set the table with plates.", None),  # how many?
     ("Clear the table but leave the glass.", None),
 ])
 def test_goals(request_text: str, goal: str | None) -> None:

@@ -31,7 +31,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolSpec
 from .demos import roles
-from .goals import stem
+from .goals import NUMBER, number, stem
 from .names import location_values
 from .scene import read_scene
 from .task_state import TaskState, results_with_calls
@@ -51,7 +51,9 @@ _NOT_DISHWARE = re.compile(r"can only (?:take|handle|clean) dishware", re.I)
 _WASH = re.compile(r"\b(?:clean|wash)\w*\s+(?:all\s+)?(?:the\s+)?dirty\s+(?:dish|plate|dishware)", re.I)
 _STORE = re.compile(r"\b(?:store|clear|put every|put all|tidy|clean and store|where it belongs|correct location)", re.I)
 _WIPE_REQUEST = re.compile(r"\bwipe\b", re.I)
-_UNSURE = re.compile(r"\b(?:set the table|leave|keep|except|only|instead|not|never|but)\b", re.I)
+_SET = re.compile(r"\bset\s+the\s+table\s+with\s+(?P<items>[^.;!?]+)", re.I)
+_ITEM = re.compile(rf"^\s*(?:and\s+)?(?P<n>{NUMBER})\s+(?P<kind>[a-z][\w-]*?)(?:es|s)?\s*$", re.I)
+_UNSURE = re.compile(r"\b(?:leave|keep|except|only|instead|not|never|but)\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,15 +117,41 @@ def kind(thing: str, food: Sequence[str] = ()) -> str:
 
 
 def read_goal(request: str) -> str | None:
-    """'wash', 'store' or 'wipe', or None when the request is not one of them."""
+    """'wash', 'store', 'set' or 'wipe', or None when the request is not one of them."""
     if _UNSURE.search(request):
         return None
+    if _SET.search(request):
+        return "set" if setting(request) is not None else None
     if _WIPE_REQUEST.search(request) and not _STORE.search(request):
         return "wipe"
     if _STORE.search(request):
         return "store"
     if _WASH.search(request):
         return "wash"
+    return None
+
+
+def setting(request: str) -> dict[str, int] | None:
+    """"Set the table with 2 goblets and 1 bowl." -> {goblet: 2, bowl: 1}; None when a part is no count."""
+    match = _SET.search(request)
+    if match is None:
+        return None
+    counts: dict[str, int] = {}
+    for part in re.split(r",|\band\b", match["items"]):
+        if not part.strip():
+            continue
+        item = _ITEM.match(part)
+        if item is None:
+            return None
+        counts[item["kind"].lower()] = number(item["n"])
+    return counts or None
+
+
+def _kind_named(word: str, kinds: set[str]) -> str | None:
+    """The scene's kind a request's word names: "goblet" (from "goblets"), "mango" (from "mangoes")."""
+    for candidate in (word, word + "e", word + "s", word.rstrip("e")):
+        if candidate in kinds:
+            return candidate
     return None
 
 
@@ -186,7 +214,7 @@ class KitchenSkill:
         if goal is None or (goal == "wipe" and found.wipe is None):
             return None
         if notes.get("request") != state.request:
-            notes.update(request=state.request, wiped=False)
+            notes.update(request=state.request, wiped=False, targets=None)
         if any(n > MAX_RETRIES for n in (notes.get("retries") or {}).values()):
             return None
         busy = set(situation.toolbox.busy)
@@ -197,6 +225,11 @@ class KitchenSkill:
             notes["looks"] = notes.get("looks", 0) + 1
             return AgentDecision(tool_calls=[ToolCall(name=found.observe.name, arguments={}, target_robot_name=robot)])
         notes["looks"] = 0
+        if goal == "set" and notes.get("targets") is None:
+            targets = self.set_targets(found, setting(state.request) or {}, notes)
+            if targets is None:
+                return None
+            notes["targets"] = targets
         calls = self.plan(found, goal, notes, busy)
         if calls:
             return AgentDecision(tool_calls=calls)
@@ -214,6 +247,31 @@ class KitchenSkill:
             return found.dish_store
         return found.trash if thing in (notes.get("dirty") or []) else found.food_store
 
+    def set_targets(self, found: Kitchen, counts: Mapping[str, int], notes: Mapping[str, Any]
+                    ) -> dict[str, str] | None:
+        """Where each object ends when the table is set: the requested counts on the table, clean ones
+        already there first, then clean ones from elsewhere, then dishware to wash; the rest away.
+        None when the scene lacks what is asked (lava's reading is wrong: the model decides)."""
+        where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
+        held = {t: r for r, t in (notes.get("held") or {}).items()}
+        things = sorted({*where, *held})
+        kinds = {stem(t) for t in things}
+        targets: dict[str, str] = {}
+        for word, count in counts.items():
+            k = _kind_named(word, kinds)
+            if k is None:
+                return None
+            usable = [t for t in things if stem(t) == k and not (t in dirty and kind(t, notes.get("food") or ())
+                                                                   != "dishware")]
+            usable.sort(key=lambda t: (t in dirty, where.get(t) != found.table, t))
+            if len(usable) < count:
+                return None
+            targets.update({t: found.table for t in usable[:count]})
+        for thing in things:
+            if thing not in targets and (home := self.home(found, thing, notes)) is not None:
+                targets[thing] = home
+        return targets
+
     def wanted(self, found: Kitchen, goal: str, notes: Mapping[str, Any]) -> dict[str, str]:
         """Objects not where the goal wants them, with the place each must end in."""
         where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
@@ -229,6 +287,11 @@ class KitchenSkill:
                 home = self.home(found, thing, notes)
                 if home is not None and (where.get(thing) != home or thing in held):
                     out[thing] = home
+            elif goal == "set":
+                target = (notes.get("targets") or {}).get(thing)
+                clean_enough = thing not in dirty or sort != "dishware"
+                if target is not None and (where.get(thing) != target or thing in held or not clean_enough):
+                    out[thing] = target
             elif goal == "wipe" and sort == "cleaning" and (thing in held or where.get(thing) != found.table):
                 out[thing] = found.table
         return out
@@ -277,10 +340,10 @@ class KitchenSkill:
                 elif on_table and where[on_table[0]] not in spots:
                     add(found.washer, found.take, on_table[0], where[on_table[0]])
         # The storer: put away what it holds, else take the next clean object to store.
-        if found.storer not in busy and goal == "store":
+        if found.storer not in busy and goal in ("store", "set"):
             holding = held.get(found.storer)
             if holding is not None:
-                target = self.home(found, holding, notes) or found.table
+                target = (todo.get(holding) if goal == "set" else self.home(found, holding, notes)) or found.table
                 if target not in spots:
                     add(found.storer, found.put, target, target)
             else:
@@ -302,6 +365,7 @@ class KitchenSkill:
     def summary(goal: str) -> str:
         return {"wash": "Done. Every dirty dish is clean and drying.",
                 "store": "Done. Every object is clean and in its place.",
+                "set": "Done. The table is set, and everything else is clean and in its place.",
                 "wipe": "Done. The table is wiped and the sponge is back on it."}[goal]
 
 
