@@ -35,3 +35,19 @@ def test_real_stage_instructions_are_read_as_their_stage_expects() -> None:
 ])
 def test_wording(text: str, intent: str | None) -> None:
     assert heuristic_intent(text, ["toggle_button", "launch_cycle"]) == intent
+
+
+WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
+
+
+@pytest.mark.parametrize(("text", "intent"), [
+    # Held-out warehouse_sorting presets (not in stage_intents.json), read wrongly before.
+    ("Hello we won't use anymore the area2 you can remove it!", "act"),
+    ("New rule: Mechanical Group goes to area3, and every other category goes to area4.", "acknowledge"),
+    ("New safety rule: do not sort ref_obj_2 until I say otherwise.", "acknowledge"),  # "new" of add_new_location
+    ("Please update the rules: all objects are Fragile.", "acknowledge"),
+    ("Hello, please consider ref_obj_1 and ref_obj_3 as drinks. ref_obj_2 is food", "acknowledge"),
+    ("Hey, you can use this new area4 for ref_obj_1. Add it to your system", "act"),
+])
+def test_wording_with_warehouse_tools(text: str, intent: str) -> None:
+    assert heuristic_intent(text, WAREHOUSE_TOOLS) == intent

@@ -27,9 +27,10 @@ _FILLERS = ("ok", "okay", "good", "great", "perfect", "now", "then", "hey", "hel
             "oh", "please", "pls", "kindly", "also", "first", "next", "finally", "just")
 _LEADS = ("let's", "lets", "can you", "could you", "would you", "will you", "i want you to", "i need you to",
           "go ahead and", "you can", "you may", "you should", "try to")
-_STRONG_INFORM = re.compile(r"\b(remember|do not forget|don't forget|keep in mind|note that|from now on|new rule|"
-                            r"forget|each time|every time|whenever|for future|future|from now)\b", re.IGNORECASE)
-_WEAK_INFORM = re.compile(r"\b(always|never|must|should|rule|constraint|default|prefer|likes?|has access|"
+_STRONG_INFORM = re.compile(r"\b(remember|do not forget|don't forget|keep in mind|note that|from now on|"
+                            r"new (?:\w+ )?rule|forget|each time|every time|whenever|for future|future|from now)\b",
+                            re.IGNORECASE)
+_WEAK_INFORM = re.compile(r"\b(always|never|must|should|rules?|constraint|default|prefer|likes?|has access|consider|"
                           r"have access|belongs?|goes to|uses|there is no|there are no|anymore|no longer|"
                           r"is broken|out of stock|is empty)\b", re.IGNORECASE)
 _WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|new (recipe|order|delivery|task|request)s?)\b",
@@ -37,6 +38,8 @@ _WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|new (recipe|ord
 _QUESTION_START = re.compile(
     r"^(who|what|which|where|when|why|how|whose|is there|are there|is it|do you|does|did|have you|has|"
     r"can you tell|could you tell|tell me)\b", re.IGNORECASE)
+# A request in the middle of a sentence: "Hello we won't use area2 anymore, you can remove it!"
+_EMBEDDED_LEAD = re.compile(r"\b(?:you can|can you|could you|you may|go ahead and|please)\s+([a-z]+)", re.IGNORECASE)
 # A message that opens with a prohibition states a rule ("Do not place apple and juice on the same tray").
 _PROHIBITION = re.compile(r"^\s*(?:please\s*,?\s*)?(?:do not|don't|never|avoid)\b", re.IGNORECASE)
 _CLAUSES = re.compile(r"[.:;!?]+\s*|,\s+")
@@ -66,10 +69,13 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     tool_words = {part for name in tool_names for part in name.lower().split("_") if len(part) > 2}
     verbs = [_clause_verb(c) for c in _clauses(text)]
     acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]
-    if verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember"):
+    opening = _clauses(text)[0] if verbs else ""
+    if verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember") and not _STRONG_INFORM.match(opening):
         return "act"
     if _STRONG_INFORM.search(text) or _PROHIBITION.match(text):
         return "acknowledge"
+    acting += [v for v in (m.group(1).lower() for m in _EMBEDDED_LEAD.finditer(text))
+               if v in _ACT_VERBS or v in tool_words]
     if acting or _WANT.search(text):
         return "act"
     stripped = text.strip()
