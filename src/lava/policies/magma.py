@@ -832,6 +832,7 @@ class MagmaPolicy(Policy):
             return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
                     for memory in memories]
         if instruction.type == "user":
+            state.settle(situation.toolbox)
             intent, shared_steps = await self.classify(situation)
             if intent == "acknowledge":
                 state.remember_rule(instruction.content)
@@ -951,6 +952,7 @@ class MagmaPolicy(Policy):
         """The task state after this input, as `decide` builds it, without asking the model."""
         state = TaskState.load(situation.memory.private)
         if situation.instruction.type == "user":
+            state.settle(situation.toolbox)
             state.start(intent, situation.instruction.content)
         elif situation.feedback is not None:
             state.observe(situation.feedback, situation.toolbox)

@@ -204,6 +204,19 @@ class TaskState:
         self.pending = []
         return results
 
+    def settle(self, toolbox: ToolBox) -> None:
+        """A user message came instead of the result of lava's last calls: MAGMA moves to the next
+        stage once a call meets the current one's goal, without reporting it. A robot still running
+        its call shows as busy (its result comes later); every other call succeeded."""
+        running = set(toolbox.busy)
+        for call in self.pending:
+            if call["robot"] in running:
+                continue
+            self.done = [*self.done, call_text(call)][-MAX_DONE:]
+            self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+            self.track(call, "", toolbox)
+        self.pending = [c for c in self.pending if c["robot"] in running]
+
     def track(self, call: Mapping[str, Any], message: str, toolbox: ToolBox) -> None:
         """Keep the scene true after a successful call: a new report replaces it, a take or a put
         moves one object."""
