@@ -292,6 +292,26 @@ def test_warehouse_a_call_whose_result_never_came_is_taken_as_done() -> None:
     assert not asked
 
 
+def test_warehouse_an_urgent_cycle_stops_the_current_one_which_then_goes_on() -> None:
+    # Held-out InterruptPreset: the held grab of ref_obj_3 went on, ref_obj_3 went to the urgent
+    # request's area, and lava said it was done while the interrupted cycle was not.
+    rule = "Remember that ref_obj_1 must go to area1 and ref_obj_3 must go to area5."
+    current = {"ref_obj_1": "area1", "ref_obj_3": "area5"}
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rule),
+        Stage("Hey, sort ref_obj_1 and ref_obj_3.", sorted_into(current, 1), budget=4),
+        Stage("Stop the current sorting cycle and sort ref_obj_2 into area1. This task has priority. Finish the "
+              "current after.", sorted_into({"ref_obj_2": "area1"}, 1), budget=4),
+        Stage(None, sorted_into(current, 2), budget=4, answer=True),
+    ], WAREHOUSE_RULES)
+    assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area1)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area1)",
+                           "grab_object(ref_obj_3)", "place_object_in_area(area5)"]
+    assert acknowledged(said[0], rule) and said[1].startswith("Done")
+    assert not asked
+
+
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:
     cycle = {"ref_obj_1": "area2"}
     with pytest.raises(AssertionError, match="over its budget of 1"):

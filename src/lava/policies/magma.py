@@ -84,6 +84,10 @@ HISTORY_WINDOW = 12
 # A message that changes the running request rather than starting a new one.
 _AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|when) you have finished|as well|also|"
                     r"this (?:tray|order|package|box))\b", re.I)
+# An urgent request that pauses the running one: "Stop the current sorting cycle and sort ref_obj_2 into
+# area1. This task has priority. Finish the current after."
+_INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|ongoing|what you are doing)\b"
+                        r"[^.]*\.?.*\b(?:finish|resume|continue|complete|go back to)\b", re.I | re.S)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 # "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
 _SET_ITEMS = re.compile(rf"^\s*(?:please\s+)?set\s+{NUMBER}\s", re.I)
@@ -822,11 +826,6 @@ class MagmaPolicy(Policy):
         shared_steps: list[dict[str, Any]] = []
         instruction = situation.instruction
 
-        def record(steps: Iterable[dict[str, Any]]) -> None:
-            for step in steps:
-                step["id"] = f"step-{len(shared_steps)}"
-                shared_steps.append(step)
-
         def everyone(decision: AgentDecision) -> list[CandidateResult]:
             """One decision for every candidate, each with its own copy of the steps taken so far."""
             return [self.result(situation, state, decision, [dict(s) for s in shared_steps], memory)
@@ -837,15 +836,19 @@ class MagmaPolicy(Policy):
             if intent == "acknowledge":
                 state.remember_rule(instruction.content)
                 return everyone(AgentDecision(say=acknowledgement(instruction.content)))
-            if (intent == "act" and state.intent == "act" and state.request and not state.finished
-                    and _AMEND.search(instruction.content)):
+            running = intent == "act" and state.intent == "act" and bool(state.request) and not state.finished
+            interrupts = running and _INTERRUPT.search(instruction.content) is not None
+            if interrupts:
+                state.suspend()
+                state.start(intent, instruction.content)
+            elif running and _AMEND.search(instruction.content):
                 state.amend(instruction.content)
             else:
                 state.start(intent, instruction.content)
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
-                # it runs (an empty decision), unless the message removed what it acts on.
-                return everyone(self.resume_or_cancel(situation, state))
+                # it runs (an empty decision), unless the message removed what it acts on or stops it.
+                return everyone(self.resume_or_cancel(situation, state, stop=interrupts))
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
                 # The user said it is gone; acting anyway fails the stage, saying so is the answer.
@@ -854,46 +857,15 @@ class MagmaPolicy(Policy):
             state.observe(situation.feedback, situation.toolbox)
         skills.observe_all(situation, state)
 
-        if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
-            if instruction.type == "user":
-                wanted = self.requested(situation, state, vocabulary(situation.attributes))
-                if wanted:
-                    state.plan, plan_steps = await self.plan(situation, state, wanted)
-                    record(plan_steps)
-            if state.plan:
-                return everyone(self.next_planned(situation, state) or AgentDecision(say=completion_message(state)))
-
-        if state.intent == "act":
-            record(await self.resolve_aliases(situation, state))
-        if state.intent == "act" and (decision := skills.next_decision(situation, state)
-                                      or self.pick_and_place(situation, state)) is not None:
-            return everyone(decision)
-        if state.intent == "act" and (step := await self.classify_held(situation, state)) is not None:
-            # Where the held object goes was the model's open choice; its class, with the rules, says it.
-            record([step])
-            if (decision := self.pick_and_place(situation, state)) is not None:
-                return everyone(decision)
-
-        first = len(shared_steps)
-        if state.intent == "answer":
-            # Words only: most question stages refuse any tool call (non_requested_action), and
-            # what the robots reported so far is in the prompt.
-            proposals = await self.propose(situation, state, say=True, calls=False, left=[], first_step=first,
-                                           ask="Answer the user's question in one short sentence.")
-        else:
-            names = vocabulary(situation.attributes)
-            left = remaining(self.requested(situation, state, names), state.done_calls) if state.request else []
-            # Looking is not doing: until a call with arguments has succeeded, "done" would be premature.
-            acted = any((tool := situation.toolbox.get(c["name"])) is not None and tool.params
-                        for c in state.done_calls)
-            must_act = (instruction.type == "user" or not acted or (bool(left) and one_dimensional(situation.toolbox))
-                        or bool(self.steps_named_not_done(situation, state)))
-            ask = ("Give the next tool call." if must_act else
-                   "If everything the request asks for is done, say so; otherwise give the next tool call.")
-            proposals = await self.propose(situation, state, say=not must_act, calls=True, ask=ask, left=left,
-                                           first_step=first)
+        move = await self.next_move(situation, state, shared_steps)
+        if state.suspended is not None and _says_done(move):
+            # The urgent request is done: the one it interrupted goes on, in this same turn.
+            state.resume()
+            move = await self.next_move(situation, state, shared_steps)
+        if isinstance(move, AgentDecision):
+            return everyone(move)
         results = []
-        for proposal, memory in zip(proposals, memories, strict=True):
+        for proposal, memory in zip(move, memories, strict=True):
             steps = [dict(step) for step in shared_steps] + proposal.steps
             if proposal.decision is None:
                 error = proposal.error or CandidateError("no decision", component=self.name)
@@ -906,10 +878,62 @@ class MagmaPolicy(Policy):
             results.append(self.result(situation, state, decision, steps, memory, usage=proposal.usage))
         return results
 
+    async def next_move(self, situation: Situation, state: TaskState, shared_steps: list[dict[str, Any]]
+                        ) -> AgentDecision | list[Proposal]:
+        """One decision for every candidate (a plan, a skill, pick-and-place), or the model's
+        proposals, one per candidate. Model steps taken on the way are added to `shared_steps`."""
+
+        def record(steps: Iterable[dict[str, Any]]) -> None:
+            for step in steps:
+                step["id"] = f"step-{len(shared_steps)}"
+                shared_steps.append(step)
+
+        instruction = situation.instruction
+        if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
+            if instruction.type == "user":
+                wanted = self.requested(situation, state, vocabulary(situation.attributes))
+                if wanted:
+                    state.plan, plan_steps = await self.plan(situation, state, wanted)
+                    record(plan_steps)
+            if state.plan:
+                return self.next_planned(situation, state) or AgentDecision(say=completion_message(state))
+
+        if state.intent == "act":
+            record(await self.resolve_aliases(situation, state))
+        if state.intent == "act" and (decision := skills.next_decision(situation, state)
+                                      or self.pick_and_place(situation, state)) is not None:
+            return decision
+        if state.intent == "act" and (step := await self.classify_held(situation, state)) is not None:
+            # Where the held object goes was the model's open choice; its class, with the rules, says it.
+            record([step])
+            if (decision := self.pick_and_place(situation, state)) is not None:
+                return decision
+
+        first = len(shared_steps)
+        if state.intent == "answer":
+            # Words only: most question stages refuse any tool call (non_requested_action), and
+            # what the robots reported so far is in the prompt.
+            return await self.propose(situation, state, say=True, calls=False, left=[], first_step=first,
+                                      ask="Answer the user's question in one short sentence.")
+        names = vocabulary(situation.attributes)
+        left = remaining(self.requested(situation, state, names), state.done_calls) if state.request else []
+        # Looking is not doing: until a call with arguments has succeeded, "done" would be premature.
+        acted = any((tool := situation.toolbox.get(c["name"])) is not None and tool.params for c in state.done_calls)
+        must_act = (instruction.type == "user" or not acted or (bool(left) and one_dimensional(situation.toolbox))
+                    or bool(self.steps_named_not_done(situation, state)))
+        ask = ("Give the next tool call." if must_act else
+               "If everything the request asks for is done, say so; otherwise give the next tool call.")
+        return await self.propose(situation, state, say=not must_act, calls=True, ask=ask, left=left,
+                                  first_step=first)
+
     @staticmethod
-    def resume_or_cancel(situation: Situation, state: TaskState) -> AgentDecision:
+    def resume_or_cancel(situation: Situation, state: TaskState, *, stop: bool = False) -> AgentDecision:
         """A message arrived while a robot's call is held: an empty decision resumes it, unless the
-        amended request no longer wants what it acts on ("instead of juice" while taking juice)."""
+        amended request no longer wants what it acts on ("instead of juice" while taking juice), or
+        the message stops the current work for a more urgent one (`stop`)."""
+        if stop and situation.toolbox.get(CANCEL_TOOL) is not None:
+            return AgentDecision(tool_calls=[ToolCall(name=CANCEL_TOOL, arguments={}, target_robot_name=robot)
+                                             for robot in situation.toolbox.busy])
         removed = {w.lower() for m in _REMOVED.finditer(state.request) for w in m.groups() if w}
         for robot, status in robot_statuses(situation.attributes).items():
             values = {v.lower() for v in re.findall(r"=\s*([\w-]+)", status)}
@@ -973,6 +997,12 @@ class MagmaPolicy(Policy):
             memory["history"] = history[-HISTORY_WINDOW:]
         kwargs = {"usage": usage} if usage is not None else {}
         return CandidateResult(decision=decision, memory=memory, steps=steps, **kwargs)
+
+
+def _says_done(move: AgentDecision | list[Proposal]) -> bool:
+    """Whether the move only says something: the request it was made for needs nothing more."""
+    decisions = [move] if isinstance(move, AgentDecision) else [p.decision for p in move]
+    return all(d is not None and bool(d.say) and not d.tool_calls for d in decisions)
 
 
 __all__ = ["MagmaPolicy", "acknowledgement", "completion_message"]

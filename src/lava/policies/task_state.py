@@ -112,6 +112,9 @@ class TaskState:
     # Each skill's own JSON (see skills.py), kept across requests.
     notes: dict[str, Any] = field(default_factory=dict)
     finished: bool = False  # lava said the request is done
+    # A request an urgent one interrupted ("Stop the current cycle and sort ref_obj_2 first. Finish
+    # the current after."): its text, steps and plan, resumed once the urgent one is done.
+    suspended: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
@@ -128,7 +131,7 @@ class TaskState:
         """A deep, independent copy as plain JSON (an orjson round trip: ~20x cheaper than asdict)."""
         fields_ = self.__dict__
         # __init__ (and __copy__) set exactly the fields, in declaration order, and nothing removes
-        # one: the instance dict is then the field dict, without 22 getattr calls per candidate.
+        # one: the instance dict is then the field dict, without a getattr per field for every candidate.
         if len(fields_) != len(_FIELDS):
             fields_ = {name: getattr(self, name) for name in _FIELDS}
         return orjson.loads(orjson.dumps(fields_))
@@ -152,6 +155,18 @@ class TaskState:
         self.plan = None
         self.failed = []
         self.finished = False
+
+    def suspend(self) -> None:
+        self.suspended = {"request": self.request, "done": self.done, "done_calls": self.done_calls,
+                          "plan": self.plan}
+
+    def resume(self) -> None:
+        """Back to the interrupted request, with the work it had done."""
+        saved, self.suspended = self.suspended or {}, None
+        self.intent, self.request = "act", str(saved.get("request") or "")
+        self.done, self.done_calls = list(saved.get("done") or []), list(saved.get("done_calls") or [])
+        self.plan = saved.get("plan")
+        self.failed, self.finished = [], False
 
     def amend(self, text: str) -> None:
         """A message that changes the running request ("I changed my mind: use water instead of
