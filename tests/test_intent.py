@@ -48,6 +48,7 @@ WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
     ("Please update the rules: all objects are Fragile.", "acknowledge"),
     ("Hello, please consider ref_obj_1 and ref_obj_3 as drinks. ref_obj_2 is food", "acknowledge"),
     ("Hey, you can use this new area4 for ref_obj_1. Add it to your system", "act"),
+    ("By the way, drinks are going to area3 and food to area4", "acknowledge"),
 ])
 def test_wording_with_warehouse_tools(text: str, intent: str) -> None:
     assert heuristic_intent(text, WAREHOUSE_TOOLS) == intent

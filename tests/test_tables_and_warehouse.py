@@ -29,6 +29,7 @@ from lava.policies.goals import (
     additions,
     assignment_goal,
     class_examples,
+    read_categories,
     read_recipe,
     recipe,
     routed,
@@ -310,6 +311,43 @@ def test_warehouse_an_urgent_cycle_stops_the_current_one_which_then_goes_on() ->
                            "grab_object(ref_obj_3)", "place_object_in_area(area5)"]
     assert acknowledged(said[0], rule) and said[1].startswith("Done")
     assert not asked
+
+
+def test_warehouse_cycles_by_category() -> None:
+    # Held-out SimpPreset5: the model sent ref_obj_1 to area1, knowing neither its category nor its area.
+    rules = ["By the way, drinks are going to area3 and food to area4",
+             "Hello, please consider ref_obj_1 and ref_obj_3 as drinks. ref_obj_2 is food"]
+    drinks, food = {"ref_obj_1": "area3", "ref_obj_3": "area3"}, {"ref_obj_2": "area4"}
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        Stage(rules[1]),
+        Stage("Hey! You can launch a drinks cycle please", sorted_into(drinks, 1), budget=4),
+        Stage(None, sorted_into(drinks, 2), budget=4, direct=True, reset=True),
+        Stage("Do a cycle for food now", sorted_into(food, 1), budget=4, direct=True, reset=True),
+        Stage("Hello, I need a cycle for drinks and right after for food!", sorted_into(drinks, 1), budget=4),
+        Stage(None, sorted_into(drinks, 2), budget=4),
+        Stage(None, sorted_into({**drinks, **food}, 3), budget=4),
+    ], WAREHOUSE_RULES)
+    assert world.calls[-6:] == ["grab_object(ref_obj_1)", "place_object_in_area(area3)",
+                                "grab_object(ref_obj_3)", "place_object_in_area(area3)",
+                                "grab_object(ref_obj_2)", "place_object_in_area(area4)"]
+    assert [acknowledged(s, r) for s, r in zip(said, rules, strict=True)] == [True, True]
+    assert not asked
+
+
+def test_categories_and_their_areas_are_read_from_the_rules_later_ones_winning() -> None:
+    areas = [f"area{i}" for i in range(1, 6)]
+    rules = ["From now on, ref_obj_1 is Mechanical Group, and every other object is Group B.",
+             "Please remember that Group B goes to area3.",
+             "New rule: Mechanical Group goes to area3, and every other category goes to area4."]
+    goal = assignment_goal("Launch a cycle for all objects from category Group B.", rules, OBJECTS, areas)
+    assert goal is not None and [(m.name, m.target) for m in goal.moves] == [("ref_obj_2", "area4"),
+                                                                            ("ref_obj_3", "area4")]
+    rules += ["Please update the rules: all objects are Fragile.", "New rule: Fragile goes to area5."]
+    goal = assignment_goal("Launch a cycle for all objects.", rules, OBJECTS, areas)
+    assert goal is not None and {m.target for m in goal.moves} == {"area5"}
+    assert read_categories(["ref_obj_2 is food"], OBJECTS, areas) == ({"ref_obj_2": frozenset({"food"})}, {}, None)
 
 
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:

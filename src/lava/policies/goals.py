@@ -294,6 +294,70 @@ def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> 
     return out
 
 
+_PARTS = re.compile(r"[.;!?]+|,\s*(?:and\s+)?|\band\b(?=\s+(?:every|all|the\s+other|[\w-]+\s+(?:to|goes|go|are|is)\b))",
+                    re.IGNORECASE)
+_MEMBER = re.compile(r"\b(?:as|is|are)\s+(?:an?\s+|the\s+|in\s+|part\s+of\s+)?(?:category\s+)?"
+                     r"(?P<cat>[A-Za-z][\w\s-]*?)\s*$", re.IGNORECASE)
+_CATEGORY_ROUTE = re.compile(r"^\s*(?:by the way\s*|new rule\s*:?\s*|please remember that\s*|remember that\s*)?"
+                    r"(?:all\s+)?(?:the\s+)?(?P<cat>[A-Za-z][\w\s-]*?)\s+(?:objects?\s+)?(?:goes|go|are going|is going|"
+                    r"must go|should go|are sent|is sent|belongs?)?\s*(?:to|in|into)\s+(?:the\s+)?[\w-]+\s*$",
+                    re.IGNORECASE)
+_OTHERS = re.compile(r"\b(?:every|all|any)\s+other\b|\bthe\s+(?:other|rest)\b", re.IGNORECASE)
+
+def _category(phrase: str) -> frozenset[str]:
+    """A category's words ("Group B" -> {group, b}; "drinks" -> {drink}), without the generic ones."""
+    found = frozenset(w for w in re.findall(r"[a-z0-9]+", phrase.lower()))
+    plain = frozenset(words(phrase)) | frozenset(w for w in found if len(w) == 1)
+    return plain - {"category", "object", "every", "other", "all", "the", "from", "now", "on"} or plain
+
+
+def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]
+                    ) -> tuple[dict[str, frozenset[str]], dict[frozenset[str], str], str | None]:
+    """Categories the rules give objects ("consider ref_obj_1 and ref_obj_3 as drinks", "ref_obj_1 is
+    Mechanical Group, and every other object is Group B", "all objects are Fragile"), the area each
+    category goes to ("drinks are going to area2 and food to area5", "Group B goes to area3"), and
+    the area of every other category ("every other category goes to area4"). Later rules win."""
+    member: dict[str, frozenset[str]] = {}
+    routes: dict[frozenset[str], str] = {}
+    others: str | None = None
+    for rule in rules:
+        this_rule: set[frozenset[str]] = set()
+        for part in _PARTS.split(rule):
+            if not part.strip():
+                continue
+            named, places = _named(part, objects), _named(part, areas)
+            if len(places) == 1 and not named:
+                if _OTHERS.search(part):
+                    # "... and every other category goes to area4" replaces the older routes.
+                    others = places[0]
+                    routes = {cat: area for cat, area in routes.items() if cat in this_rule}
+                elif (route := _CATEGORY_ROUTE.match(part)) is not None and (cat := _category(route["cat"])):
+                    routes[cat] = places[0]
+                    this_rule.add(cat)
+                continue
+            if places or (match := _MEMBER.search(part)) is None or not (cat := _category(match["cat"])):
+                continue
+            if named:
+                member.update(dict.fromkeys(named, cat))
+            elif _ALL.search(part):
+                member = dict.fromkeys(objects, cat)
+            elif _OTHERS.search(part):
+                member.update({o: cat for o in objects if o not in member})
+    return member, routes, others
+
+
+def _categories_asked(request: str, categories: Iterable[frozenset[str]]) -> list[frozenset[str]]:
+    """The categories a request names, in order ("a cycle for drinks and right after for food")."""
+    said = [w for w in re.findall(r"[a-z0-9]+", request.lower())]
+    said_words = [next(iter(words(w)), w) for w in said]
+    found = []
+    for cat in categories:
+        spots = [i for i, w in enumerate(said_words) if w in cat or said[i] in cat]
+        if spots and all(any(w in (said_words[i], said[i]) for i in spots) for w in cat):
+            found.append((spots[0], cat))
+    return [cat for _, cat in sorted(found, key=lambda x: x[0])]
+
+
 def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Goal | None:
     """Unit moves of named objects to areas, from the request and the rules, without a scene (tools
     that take an object by name and put it in an area, and no way to look). None when an object the
@@ -301,8 +365,15 @@ def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], 
     default: dict[str, str | None] = {}
     for rule in rules:
         default.update(read_assignment(rule, objects, areas))
+    member, routes, others = read_categories(rules, objects, areas)
+    for thing, cat in member.items():
+        if thing not in default and (area := routes.get(cat, others)) is not None:
+            default[thing] = area
     asked = read_assignment(request, objects, areas)
-    if _ALL.search(request):
+    known = set(member.values()) | set(routes)
+    if (cats := _categories_asked(request, known)) and not _named(request, objects):
+        wanted = [o for cat in cats for o in objects if member.get(o) == cat]
+    elif _ALL.search(request):
         wanted = list(objects)
     elif named := _named(request, objects):
         wanted = named
@@ -446,6 +517,7 @@ __all__ = [
     "number",
     "place_named",
     "read_assignment",
+    "read_categories",
     "read_goal",
     "recipe",
     "routed",

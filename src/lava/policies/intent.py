@@ -31,6 +31,7 @@ _STRONG_INFORM = re.compile(r"\b(remember|do not forget|don't forget|keep in min
                             r"new (?:\w+ )?rule|forget|each time|every time|whenever|for future|future|from now)\b",
                             re.IGNORECASE)
 _WEAK_INFORM = re.compile(r"\b(always|never|must|should|rules?|constraint|default|prefer|likes?|has access|consider|"
+                          r"by the way|(?:are|is) going to|go to|"
                           r"have access|belongs?|goes to|uses|there is no|there are no|anymore|no longer|"
                           r"is broken|out of stock|is empty)\b", re.IGNORECASE)
 _WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|new (recipe|order|delivery|task|request)s?)\b",
