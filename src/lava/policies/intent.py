@@ -34,8 +34,8 @@ _WEAK_INFORM = re.compile(r"\b(always|never|must|should|rules?|constraint|defaul
                           r"by the way|(?:are|is) going to|go to|"
                           r"have access|belongs?|goes to|uses|there is no|there are no|anymore|no longer|"
                           r"is broken|out of stock|is empty)\b", re.IGNORECASE)
-_WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|new (recipe|order|delivery|task|request)s?)\b",
-                   re.IGNORECASE)
+_WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|"
+                   r"(?:new|another) (recipe|order|delivery|task|request)s?)\b", re.IGNORECASE)
 _QUESTION_START = re.compile(
     r"^(who|what|which|where|when|why|how|whose|is there|are there|is it|do you|does|did|have you|has|"
     r"can you tell|could you tell|tell me)\b", re.IGNORECASE)
