@@ -208,7 +208,7 @@ class KitchenSkill:
     def next(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> AgentDecision | None:
         rules = [*situation.memory.memory_list, *state.rules]
         found = kitchen(situation, rules)
-        if found is None or state.request is None:
+        if found is None or not state.request:
             return None
         goal = read_goal(state.request)
         if goal is None or (goal == "wipe" and found.wipe is None):
