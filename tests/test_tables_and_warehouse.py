@@ -350,6 +350,30 @@ def test_categories_and_their_areas_are_read_from_the_rules_later_ones_winning()
     assert read_categories(["ref_obj_2 is food"], OBJECTS, areas) == ({"ref_obj_2": frozenset({"food"})}, {}, None)
 
 
+def test_warehouse_a_request_naming_one_tool_and_one_value_is_that_call() -> None:
+    # Held-out SimpAdd: the model removed area4 when asked to remove area2.
+    world = Warehouse(3)
+    removed: list[str] = []
+    run = world.run
+
+    def run_with_locations(name: str, arguments: dict) -> tuple[bool, str]:
+        if name in ("remove_location", "add_new_location"):
+            world.calls.append(f"{name}({arguments['location_name']})")
+            removed.append(arguments["location_name"])
+            return True, f"{arguments['location_name']} was {'removed from' if 'remove' in name else 'added to'} " \
+                         "known areas"
+        return run(name, arguments)
+
+    world.run = run_with_locations  # type: ignore[method-assign]
+    _, asked = episode(world, [
+        Stage("Hello we won't use anymore the area2 you can remove it!", lambda w: bool(removed), budget=1),
+        Stage("Hey, you can use this new area4 for ref_obj_1. Add it to your system", lambda w: len(removed) == 2,
+              budget=1),
+    ], WAREHOUSE_RULES)
+    assert world.calls == ["remove_location(area2)", "add_new_location(area4)"]
+    assert not asked
+
+
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:
     cycle = {"ref_obj_1": "area2"}
     with pytest.raises(AssertionError, match="over its budget of 1"):

@@ -74,6 +74,7 @@ from .task_state import (
     argument_values,
     call_text,
     mentioned,
+    numbered_family,
     numbers_as_names,
     one_dimensional,
     remaining,
@@ -141,6 +142,23 @@ def _named_things(toolbox: ToolBox) -> tuple[str, ...]:
     "button"): the words a user numbers things by ("button 2")."""
     return tuple(dict.fromkeys(word for tool in toolbox.tools if tool.params and tool.name != CANCEL_TOOL
                                for word in tool.name.lower().split("_")[1:] if word.isalpha()))
+
+
+# Tools that keep the robot's own lists (known areas, locations) rather than move things.
+_BOOKKEEPING = frozenset(("add", "remove", "delete", "create", "register", "unregister", "declare", "rename"))
+
+
+@functools.lru_cache(maxsize=512)
+def _own_words(toolbox: ToolBox) -> tuple[tuple[ToolSpec, frozenset[str]], ...]:
+    """One-parameter bookkeeping tools (add_new_location, remove_location), each with the words of
+    its name no other tool's name has (remove_location: {remove}; add_new_location: {add, new})."""
+    _, take, put = roles(toolbox)
+    tools = [t for t in toolbox.tools if t.name != CANCEL_TOOL and len(t.params) == 1 and t not in (take, put)
+             and t.name.lower().split("_")[0] in _BOOKKEEPING]
+    named = {t.name: frozenset(t.name.lower().split("_")) for t in toolbox.tools}
+    return tuple((t, frozenset(w for w in named[t.name] if w.isalpha()
+                               and not any(w in other for n, other in named.items() if n != t.name)))
+                 for t in tools)
 
 
 @functools.lru_cache(maxsize=512)
@@ -265,6 +283,32 @@ class MagmaPolicy(Policy):
     def requested(situation: Situation, state: TaskState, names: Iterable[str]) -> list[str]:
         """The task's names the request asks for, in order, numbered references ("button 2") included."""
         return mentioned(numbers_as_names(state.request, names, _named_things(situation.toolbox)), names)
+
+    def named_call(self, situation: Situation, state: TaskState) -> AgentDecision | None:
+        """A request that names one tool by its own words and one value for it ("we won't use area2
+        anymore, you can remove it": remove_location(area2); "a new area, called area4":
+        add_new_location(area4)) is that call, once."""
+        robots = situation.toolbox.robots or ()
+        if len(robots) != 1 or not state.request:
+            return None
+        said = set(re.findall(r"[a-z]+", state.request.lower()))
+        tools = [tool for tool, own in _own_words(situation.toolbox) if own and own & said]
+        if len(tools) != 1:
+            return None
+        param = tools[0].params[0]
+        places = _LOCATION.search(f"{param.name} {param.description}") is not None
+        pool = location_values(situation.attributes) if places else object_values(situation.attributes)
+        values = list(dict.fromkeys(mentioned(state.request, pool)))
+        if (family := numbered_family(pool)) is not None:  # a new one of the family: area4 beside area1..3
+            values += [v for v in re.findall(rf"\b{re.escape(family[0])}[_-]?\d+\b", state.request, re.I)
+                       if v not in values]
+        values = values or re.findall(r"\b(?:called|named)\s+([A-Za-z][\w-]*)", state.request)
+        if len(values) != 1:
+            return None
+        call = _call(tools[0], robots[0], values[0])
+        if state.done_calls == [{"robot": robots[0], "name": tools[0].name, "arguments": call.tool_calls[0].arguments}]:
+            return AgentDecision(say=completion_message(state))
+        return call if not state.done_calls and situation.instruction.type == "user" else None
 
     def acting_tool(self, situation: Situation) -> ToolSpec:
         return next(t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and t.params)
@@ -901,7 +945,8 @@ class MagmaPolicy(Policy):
         if state.intent == "act":
             record(await self.resolve_aliases(situation, state))
         if state.intent == "act" and (decision := skills.next_decision(situation, state)
-                                      or self.pick_and_place(situation, state)) is not None:
+                                      or self.pick_and_place(situation, state)
+                                      or self.named_call(situation, state)) is not None:
             return decision
         if state.intent == "act" and (step := await self.classify_held(situation, state)) is not None:
             # Where the held object goes was the model's open choice; its class, with the rules, says it.
