@@ -49,6 +49,7 @@ WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
     ("Hello, please consider ref_obj_1 and ref_obj_3 as drinks. ref_obj_2 is food", "acknowledge"),
     ("Hey, you can use this new area4 for ref_obj_1. Add it to your system", "act"),
     ("By the way, drinks are going to area3 and food to area4", "acknowledge"),
+    ("However, do not manipulate yet ref_obj_1. I am fixing somme issues with this type of object.", "acknowledge"),
     ("There is now another delivery to prepare as well: delivery AD-003 for Emma Laurent in Marseille, using priority "
      "service, containing 1 electronics product.", "act"),
 ])

@@ -374,6 +374,44 @@ def test_warehouse_a_request_naming_one_tool_and_one_value_is_that_call() -> Non
     assert not asked
 
 
+def test_warehouse_a_paused_object_is_refused_until_the_user_resumes_it() -> None:
+    # Held-out SimpInterdictionPreset1: the cycle for all objects must be refused while ref_obj_1 is paused.
+    rules = ["The default cycle rule is area2 for ref_obj_1 and area1 for ref_obj_2",
+             "However, do not manipulate yet ref_obj_1. I am fixing somme issues with this type of object."]
+    both = {"ref_obj_1": "area2", "ref_obj_2": "area1"}
+    world = Warehouse(3)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        Stage(rules[1]),
+        Stage("Can you launch a cycle for all objects please?"),
+        Stage("Oh okay, then launch a cycle just for ref_obj_2", sorted_into({"ref_obj_2": "area1"}, 1), budget=4,
+              direct=True, reset=True),
+        Stage("It's okay now. ref_obj_1 are fixed. Launch a cycle for all objects according to their default "
+              "assignment!", sorted_into(both, 1), budget=4),
+        Stage(None, sorted_into(both, 2), budget=4),
+    ], WAREHOUSE_RULES)
+    assert said[2].startswith("Sorry") and "ref_obj_1" in said[2]
+    assert world.calls == ["grab_object(ref_obj_2)", "place_object_in_area(area1)",
+                           "grab_object(ref_obj_1)", "place_object_in_area(area2)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area1)"]
+    assert not asked
+
+
+def test_warehouse_objects_without_a_known_area_are_asked_about_then_sent_where_the_answer_says() -> None:
+    # Held-out SortingWithInterdictionsDefinition: a MissingInformationStage, then the answer acts.
+    answer = {"ref_obj_3": "area5", "ref_obj_1": "area4"}
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage("Launch a cycle for ref_obj_3 and ref_obj_1."),
+        Stage("For this cycle, ref_obj_3 goes to area5, ref_obj_1 goes to area4.", sorted_into(answer, 1), budget=4),
+        Stage(None, sorted_into(answer, 2), budget=4, answer=True),
+    ], WAREHOUSE_RULES)
+    assert said[0] == "Which area should ref_obj_3 and ref_obj_1 go to? I have no target area for them."
+    assert world.calls == ["grab_object(ref_obj_3)", "place_object_in_area(area5)",
+                           "grab_object(ref_obj_1)", "place_object_in_area(area4)"]
+    assert said[1].startswith("Done") and not asked
+
+
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:
     cycle = {"ref_obj_1": "area2"}
     with pytest.raises(AssertionError, match="over its budget of 1"):

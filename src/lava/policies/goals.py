@@ -358,10 +358,47 @@ def _categories_asked(request: str, categories: Iterable[frozenset[str]]) -> lis
     return [cat for _, cat in sorted(found, key=lambda x: x[0])]
 
 
-def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Goal | None:
-    """Unit moves of named objects to areas, from the request and the rules, without a scene (tools
-    that take an object by name and put it in an area, and no way to look). None when an object the
-    request wants has no known area: the model decides."""
+# "do not manipulate yet ref_obj_1", "do not sort ref_obj_2 until I say otherwise": a pause, not a withdrawal.
+_PAUSED = re.compile(r"\b(?:do not|don't|must not|should not|cannot|can't)\s+(?:be\s+)?(?:manipulate|use|sort|move|"
+                     r"touch|take|send|handle|grab)\w*\b[^.]*?\b(?:yet|until|for now|for the moment|temporarily)\b",
+                     re.I)
+_RESUMED = re.compile(r"\b(?:can be (?:used|sorted|moved|manipulated|handled) again|(?:is|are) fixed|available again|"
+                      r"no longer (?:blocked|paused)|you can (?:use|sort|move|manipulate) (?:it|them) again)\b", re.I)
+# "If an object have no default assignment, send it to area1."
+_FALLBACK = re.compile(r"\bno\s+(?:default\s+)?(?:assignment|area)\b[^.]*?\b(?:send|put|move|place)\s+(?:it|them)\s+"
+                       r"(?:to|in|into)\s+(?:the\s+)?(?P<area>[\w-]+)", re.I)
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """What a cycle request asks, read from it and the rules: the objects, in order, and the area of
+    each ("" when none is known, None when withdrawn), and those paused by a rule."""
+    wanted: list[str]
+    area: dict[str, str | None]
+    paused: list[str]
+
+    @property
+    def missing(self) -> list[str]:
+        return [o for o in self.wanted if self.area.get(o) == ""]
+
+
+def paused(rules: Sequence[str], request: str, objects: Sequence[str]) -> list[str]:
+    """Objects a rule pauses ("do not manipulate yet ref_obj_1") and nothing since resumed ("ref_obj_1
+    are fixed", "ref_obj_2 can be used again now"), in the rules or the request itself."""
+    out: dict[str, None] = {}
+    for text in [*rules, request]:
+        for part in _CLAUSE.split(text):
+            if _PAUSED.search(part):
+                out.update(dict.fromkeys(_named(part, objects)))
+            elif _RESUMED.search(part):
+                for thing in _named(part, objects):
+                    out.pop(thing, None)
+    return list(out)
+
+
+def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Cycle | None:
+    """The objects a request sends to areas and where, without a scene (tools that take an object by
+    name and put it in an area, and no way to look); None when it names no objects to send."""
     default: dict[str, str | None] = {}
     for rule in rules:
         default.update(read_assignment(rule, objects, areas))
@@ -371,24 +408,33 @@ def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], 
             default[thing] = area
     asked = read_assignment(request, objects, areas)
     known = set(member.values()) | set(routes)
+    implicit = True  # "all objects", a category, "your memory": the objects lava knows an area for
     if (cats := _categories_asked(request, known)) and not _named(request, objects):
         wanted = [o for cat in cats for o in objects if member.get(o) == cat]
     elif _ALL.search(request):
         wanted = list(objects)
     elif named := _named(request, objects):
-        wanted = named
+        wanted, implicit = named, False
     elif _MEMORY.search(request):
         wanted = [o for o in objects if default.get(o)]
     else:
         return None
-    moves = []
-    for thing in wanted:
-        area = asked[thing] if thing in asked else default.get(thing, "")
-        if area is None:
-            continue  # withdrawn ("must not be used anymore")
-        if not area:
-            return None
-        moves.append(Move(frozenset(words(thing)), None, area, name=thing))
+    fallback = next((m["area"] for text in [request, *reversed(rules)] if (m := _FALLBACK.search(text))
+                     and m["area"] in areas), "")
+    area = {thing: asked[thing] if thing in asked else default.get(thing) or fallback for thing in wanted}
+    if implicit and any(area.values()):
+        wanted = [o for o in wanted if area[o] != ""]
+    return Cycle(wanted, area, [o for o in paused(rules, request, objects) if o in wanted])
+
+
+def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Goal | None:
+    """Unit moves of the objects a cycle request wants to their areas. None when one of them has no
+    known area: the model decides (or lava asks, see MagmaPolicy.pick_and_place)."""
+    cycle = read_cycle(request, rules, objects, areas)
+    if cycle is None or cycle.missing:
+        return None
+    moves = [Move(frozenset(words(thing)), None, area, name=thing) for thing in cycle.wanted
+             if (area := cycle.area[thing]) is not None]  # None: withdrawn ("must not be used anymore")
     return Goal(moves=moves) if moves else None
 
 
@@ -505,6 +551,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
 __all__ = [
     "NUMBER",
     "NUMBER_WORDS",
+    "Cycle",
     "Goal",
     "Move",
     "Step",
@@ -518,6 +565,7 @@ __all__ = [
     "place_named",
     "read_assignment",
     "read_categories",
+    "read_cycle",
     "read_goal",
     "recipe",
     "routed",

@@ -42,7 +42,8 @@ _QUESTION_START = re.compile(
 # A request in the middle of a sentence: "Hello we won't use area2 anymore, you can remove it!"
 _EMBEDDED_LEAD = re.compile(r"\b(?:you can|can you|could you|you may|go ahead and|please)\s+([a-z]+)", re.IGNORECASE)
 # A message that opens with a prohibition states a rule ("Do not place apple and juice on the same tray").
-_PROHIBITION = re.compile(r"^\s*(?:please\s*,?\s*)?(?:do not|don't|never|avoid)\b", re.IGNORECASE)
+_PROHIBITION = re.compile(r"^\s*(?:(?:please|however|but|and|also)\s*,?\s*)?(?:do not|don't|never|avoid)\b",
+                          re.IGNORECASE)
 _CLAUSES = re.compile(r"[.:;!?]+\s*|,\s+")
 
 

@@ -46,6 +46,8 @@ from .goals import (
     class_examples,
     cleared,
     next_step,
+    read_assignment,
+    read_cycle,
     read_goal,
     recipe,
     routed,
@@ -89,6 +91,7 @@ _AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|w
 # area1. This task has priority. Finish the current after."
 _INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|ongoing|what you are doing)\b"
                         r"[^.]*\.?.*\b(?:finish|resume|continue|complete|go back to)\b", re.I | re.S)
+_SENDING = re.compile(r"\b(?:cycles?|sort\w*|send|move|store|put|place|bring|deliver)\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 # "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
 _SET_ITEMS = re.compile(rf"^\s*(?:please\s+)?set\s+{NUMBER}\s", re.I)
@@ -379,8 +382,18 @@ class MagmaPolicy(Policy):
             if observe is not None:
                 return None
             # Nothing to look with: objects and areas are the task's own lists, destinations the rules'.
-            goal = assignment_goal(state.request, rules, object_values(situation.attributes),
-                                   location_values(situation.attributes))
+            objects, areas = object_values(situation.attributes), location_values(situation.attributes)
+            cycle = read_cycle(state.request, rules, objects, areas)
+            if (cycle is not None and not state.done_calls and situation.instruction.type == "user"
+                    and _SENDING.search(state.request)):
+                if cycle.paused:
+                    return AgentDecision(say=f"Sorry, I cannot do that now: {_listed(cycle.paused)} must not be "
+                                             "handled yet. Tell me when I may.")
+                if cycle.missing:
+                    state.asked_about = list(cycle.missing)
+                    return AgentDecision(say=f"Which area should {_listed(cycle.missing)} go to? I have no target "
+                                             f"area for {'it' if len(cycle.missing) == 1 else 'them'}.")
+            goal = assignment_goal(state.request, rules, objects, areas)
             if goal is None:
                 return None
             step = next_step(goal, {}, state.held, puts_done, moved)
@@ -877,12 +890,22 @@ class MagmaPolicy(Policy):
         if instruction.type == "user":
             state.settle(situation.toolbox)
             intent, shared_steps = await self.classify(situation)
-            if intent == "acknowledge":
+            answers = bool(state.asked_about) and bool(read_assignment(
+                instruction.content, state.asked_about, location_values(situation.attributes)))
+            state.asked_about = []
+            if answers:
+                # The areas lava asked for ("For this cycle, ref_obj_3 goes to area5"): the request
+                # goes on with them, whatever the wording would say on its own.
+                intent = "act"
+            elif intent == "acknowledge":
                 state.remember_rule(instruction.content)
                 return everyone(AgentDecision(say=acknowledgement(instruction.content)))
             running = intent == "act" and state.intent == "act" and bool(state.request) and not state.finished
             interrupts = running and _INTERRUPT.search(instruction.content) is not None
-            if interrupts:
+            if answers:
+                state.amend(instruction.content)
+                state.finished = False
+            elif interrupts:
                 state.suspend()
                 state.start(intent, instruction.content)
             elif running and _AMEND.search(instruction.content):
@@ -1042,6 +1065,10 @@ class MagmaPolicy(Policy):
             memory["history"] = history[-HISTORY_WINDOW:]
         kwargs = {"usage": usage} if usage is not None else {}
         return CandidateResult(decision=decision, memory=memory, steps=steps, **kwargs)
+
+
+def _listed(things: list[str]) -> str:
+    return things[0] if len(things) == 1 else f"{', '.join(things[:-1])} and {things[-1]}"
 
 
 def _says_done(move: AgentDecision | list[Proposal]) -> bool:

@@ -115,6 +115,8 @@ class TaskState:
     # A request an urgent one interrupted ("Stop the current cycle and sort ref_obj_2 first. Finish
     # the current after."): its text, steps and plan, resumed once the urgent one is done.
     suspended: dict[str, Any] | None = None
+    # Objects lava asked the user an area for (a cycle naming objects no rule places).
+    asked_about: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
