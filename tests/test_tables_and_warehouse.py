@@ -346,7 +346,7 @@ def test_categories_and_their_areas_are_read_from_the_rules_later_ones_winning()
 
 def test_warehouse_a_request_naming_one_tool_and_one_value_is_that_call() -> None:
     # Held-out SimpAdd: the model removed area4 when asked to remove area2.
-    world = Warehouse(3)
+    world = Warehouse(5)
     removed: list[str] = []
     run = world.run
 
@@ -361,6 +361,7 @@ def test_warehouse_a_request_naming_one_tool_and_one_value_is_that_call() -> Non
     world.run = run_with_locations  # type: ignore[method-assign]
     _, asked = episode(world, [
         Stage("Hello we won't use anymore the area2 you can remove it!", lambda w: bool(removed), budget=1),
+        # Held-out SimpPreset2: a grab of ref_obj_1 came first (read as a cycle to area4).
         Stage("Hey, you can use this new area4 for ref_obj_1. Add it to your system", lambda w: len(removed) == 2,
               budget=1),
     ], WAREHOUSE_RULES)

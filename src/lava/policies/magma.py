@@ -977,7 +977,9 @@ class MagmaPolicy(Policy):
 
         if state.intent == "act":
             record(await self.resolve_aliases(situation, state))
-        if state.intent == "act" and (decision := skills.next_decision(situation, state)
+        # A bookkeeping request ("this new area4 for ref_obj_2. Add it") before reading it as a cycle.
+        bookkeeping = not _SENDING.search(state.request) and self.named_call(situation, state)
+        if state.intent == "act" and (decision := bookkeeping or skills.next_decision(situation, state)
                                       or self.pick_and_place(situation, state)
                                       or self.named_call(situation, state)) is not None:
             return decision
