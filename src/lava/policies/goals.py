@@ -28,7 +28,7 @@ _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5
            "eight": 8, "nine": 9, "ten": 10}
 NUMBER = r"(?:\d+|" + "|".join(_COUNTS) + r")"  # a count in digits or words ("2", "two", "a")
 NUMBER_WORDS = frozenset(_COUNTS) - {"a", "an"}  # the words that can only be counts
-_STATED = r"(?:\d+|" + "|".join(NUMBER_WORDS) + r")"  # a count said as one ("2", "two"; not "a")
+STATED = r"(?:\d+|" + "|".join(NUMBER_WORDS) + r")"  # a count said as one ("2", "two"; not "a")
 _COUNT = rf"(?P<count>{NUMBER})"
 _PHRASE = r"[A-Za-z][\w\s-]*?"
 _END = r"(?=\s*(?:[.,;:!]|$|\band\b|\bthen\b))"
@@ -70,6 +70,11 @@ def _words(text: str) -> frozenset[str]:
             word = word[:-1]
         found.add(word)
     return frozenset(found)
+
+
+def listed(things: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return things[0] if len(things) == 1 else f"{', '.join(things[:-1])} and {things[-1]}"
 
 
 def number(text: str) -> int:
@@ -440,8 +445,7 @@ def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], ar
         missing = [o for o in objects if o not in known]
         if not missing:
             return "Every object has an assignment."
-        verb = "has" if len(missing) == 1 else "have"
-        return f"{', '.join(missing[:-1]) + ' and ' if len(missing) > 1 else ''}{missing[-1]} {verb} no assignment."
+        return f"{listed(missing)} {'has' if len(missing) == 1 else 'have'} no assignment."
     named = _named(question, objects)
     if re.search(r"\bwhere\b", question, re.I) and named:
         return " ".join(f"{o} goes to {known[o]}." if o in known else f"I do not have any assignment for {o} yet."
@@ -452,7 +456,11 @@ def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], ar
 def assignment_goal(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Goal | None:
     """Unit moves of the objects a cycle request wants to their areas. None when one of them has no
     known area: the model decides (or lava asks, see MagmaPolicy.pick_and_place)."""
-    cycle = read_cycle(request, rules, objects, areas)
+    return cycle_goal(read_cycle(request, rules, objects, areas))
+
+
+def cycle_goal(cycle: Cycle | None) -> Goal | None:
+    """A cycle's unit moves; None when it has none, or an object whose area is not known."""
     if cycle is None or cycle.missing:
         return None
     moves = [Move(frozenset(words(thing)), None, area, name=thing) for thing in cycle.wanted
@@ -474,7 +482,7 @@ def recipe(request: str, rules: Sequence[str]) -> list[str]:
     return []
 
 
-_ITEM = re.compile(rf"\b(?P<count>{_STATED})\s+(?P<what>[a-z]+)\b", re.IGNORECASE)
+_ITEM = re.compile(rf"\b(?P<count>{STATED})\s+(?P<what>[a-z]+)\b", re.IGNORECASE)
 _ADD = re.compile(r"\b(?:set|put|place|add|adding|bring|serve|complete)\b", re.IGNORECASE)
 
 
@@ -573,6 +581,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
 __all__ = [
     "NUMBER",
     "NUMBER_WORDS",
+    "STATED",
     "Cycle",
     "Goal",
     "Move",
@@ -582,7 +591,9 @@ __all__ = [
     "class_examples",
     "cleared",
     "cycle_answer",
+    "cycle_goal",
     "home",
+    "listed",
     "next_step",
     "number",
     "place_named",

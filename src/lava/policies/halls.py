@@ -540,7 +540,7 @@ class Planner:
             targets = [h for h in self.halls if h != here and h not in blocked
                        and any(self.goal.assign.get(self.cls(o)) == h or self.sent_to(o) == h for o in tray)]
         if targets:
-            return 3, "move", max(targets, key=lambda h: sum(self.wanted_at(o, h) or self.sent_to(o) == h or
+            return 3, "move", max(targets, key=lambda h: sum(self.wanted_at(o, h) or
                                                              self.goal.assign.get(self.cls(o)) == h for o in tray))
         if self.satisfied():
             return None

@@ -69,9 +69,10 @@ def _clauses(text: str) -> list[str]:
 def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     """The intent when the wording settles it; None when the model should decide."""
     tool_words = {part for name in tool_names for part in name.lower().split("_") if len(part) > 2}
-    verbs = [_clause_verb(c) for c in _clauses(text)]
+    clauses = _clauses(text)
+    verbs = [_clause_verb(c) for c in clauses]
     acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]
-    opening = _clauses(text)[0] if verbs else ""
+    opening = clauses[0] if clauses else ""
     if verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember") and not _STRONG_INFORM.match(opening):
         return "act"
     if _STRONG_INFORM.search(text) or _PROHIBITION.match(text):

@@ -255,14 +255,13 @@ class KitchenSkill:
         where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
         held = {t: r for r, t in (notes.get("held") or {}).items()}
         things = sorted({*where, *held})
-        kinds = {stem(t) for t in things}
+        kinds, food = {stem(t) for t in things}, notes.get("food") or ()
         targets: dict[str, str] = {}
         for word, count in counts.items():
             k = _kind_named(word, kinds)
             if k is None:
                 return None
-            usable = [t for t in things if stem(t) == k and not (t in dirty and kind(t, notes.get("food") or ())
-                                                                   != "dishware")]
+            usable = [t for t in things if stem(t) == k and not (t in dirty and kind(t, food) != "dishware")]
             usable.sort(key=lambda t: (t in dirty, where.get(t) != found.table, t))
             if len(usable) < count:
                 return None
@@ -276,10 +275,10 @@ class KitchenSkill:
         """Objects not where the goal wants them, with the place each must end in."""
         where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
         held = {t: r for r, t in (notes.get("held") or {}).items()}
-        things = [*where, *held]
+        things, food = [*where, *held], notes.get("food") or ()
         out: dict[str, str] = {}
         for thing in things:
-            sort = kind(thing, notes.get("food") or ())
+            sort = kind(thing, food)
             if goal == "wash":
                 if sort == "dishware" and thing in dirty:
                     out[thing] = found.drying
@@ -297,7 +296,7 @@ class KitchenSkill:
         return out
 
     def plan(self, found: Kitchen, goal: str, notes: dict[str, Any], busy: set[str]) -> list[ToolCall]:
-        where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
+        where, dirty, food = notes.get("where") or {}, set(notes.get("dirty") or []), notes.get("food") or ()
         held: dict[str, str] = dict(notes.get("held") or {})
         calls: list[ToolCall] = []
         spots: set[str] = set()  # places a call of this turn already reaches
@@ -334,7 +333,7 @@ class KitchenSkill:
             else:
                 in_sink = sorted(t for t, p in where.items() if p == found.sink and t in dirty and t in todo)
                 on_table = sorted(t for t, p in where.items() if p in (found.table, found.drying) and t in dirty
-                                  and t in todo and kind(t, notes.get("food") or ()) == "dishware")
+                                  and t in todo and kind(t, food) == "dishware")
                 if in_sink:
                     add(found.washer, found.clean, in_sink[0], found.drying)
                 elif on_table and where[on_table[0]] not in spots:
@@ -348,9 +347,9 @@ class KitchenSkill:
                     add(found.storer, found.put, target, target)
             else:
                 reachable = (found.table, found.drying, found.food_store, found.dish_store)
-                ready = sorted((t for t in todo if where.get(t) in reachable and not (
-                    kind(t, notes.get("food") or ()) == "dishware" and t in dirty)),
-                    key=lambda t: (where[t] != found.table, t))
+                ready = sorted((t for t in todo if where.get(t) in reachable
+                                and not (kind(t, food) == "dishware" and t in dirty)),
+                               key=lambda t: (where[t] != found.table, t))
                 ready = [t for t in ready if where[t] not in spots]
                 if ready:
                     add(found.storer, found.take, ready[0], where[ready[0]])

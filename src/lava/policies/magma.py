@@ -42,10 +42,11 @@ from .demos import _TAKE as _TAKE_VERB
 from .goals import (
     NUMBER,
     additions,
-    assignment_goal,
     class_examples,
     cleared,
     cycle_answer,
+    cycle_goal,
+    listed,
     next_step,
     read_assignment,
     read_cycle,
@@ -397,13 +398,13 @@ class MagmaPolicy(Policy):
             if (cycle is not None and not state.done_calls and situation.instruction.type == "user"
                     and _SENDING.search(state.request)):
                 if cycle.paused:
-                    return AgentDecision(say=f"Sorry, I cannot do that now: {_listed(cycle.paused)} must not be "
+                    return AgentDecision(say=f"Sorry, I cannot do that now: {listed(cycle.paused)} must not be "
                                              "handled yet. Tell me when I may.")
                 if cycle.missing:
                     state.asked_about = list(cycle.missing)
-                    return AgentDecision(say=f"Which area should {_listed(cycle.missing)} go to? I have no target "
+                    return AgentDecision(say=f"Which area should {listed(cycle.missing)} go to? I have no target "
                                              f"area for {'it' if len(cycle.missing) == 1 else 'them'}.")
-            goal = assignment_goal(state.request, rules, objects, areas)
+            goal = cycle_goal(cycle)
             if goal is None:
                 return None
             step = next_step(goal, {}, state.held, puts_done, moved)
@@ -977,12 +978,14 @@ class MagmaPolicy(Policy):
 
         if state.intent == "act":
             record(await self.resolve_aliases(situation, state))
-        # A bookkeeping request ("this new area4 for ref_obj_2. Add it") before reading it as a cycle.
-        bookkeeping = not _SENDING.search(state.request) and self.named_call(situation, state)
-        if state.intent == "act" and (decision := bookkeeping or skills.next_decision(situation, state)
-                                      or self.pick_and_place(situation, state)
-                                      or self.named_call(situation, state)) is not None:
-            return decision
+        if state.intent == "act":
+            # A bookkeeping request ("this new area4 for ref_obj_2. Add it") before reading it as a
+            # cycle, unless it asks to send things somewhere.
+            sending = _SENDING.search(state.request) is not None
+            if (decision := (None if sending else self.named_call(situation, state))
+                    or skills.next_decision(situation, state) or self.pick_and_place(situation, state)
+                    or (self.named_call(situation, state) if sending else None)) is not None:
+                return decision
         if state.intent == "act" and (step := await self.classify_held(situation, state)) is not None:
             # Where the held object goes was the model's open choice; its class, with the rules, says it.
             record([step])
@@ -1079,10 +1082,6 @@ class MagmaPolicy(Policy):
             memory["history"] = history[-HISTORY_WINDOW:]
         kwargs = {"usage": usage} if usage is not None else {}
         return CandidateResult(decision=decision, memory=memory, steps=steps, **kwargs)
-
-
-def _listed(things: list[str]) -> str:
-    return things[0] if len(things) == 1 else f"{', '.join(things[:-1])} and {things[-1]}"
 
 
 def _says_done(move: AgentDecision | list[Proposal]) -> bool:

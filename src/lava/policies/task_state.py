@@ -22,6 +22,7 @@ from ..situation import Feedback
 from ..tools import CANCEL_TOOL, ToolBox
 from . import scene as scenes
 from .demos import roles
+from .goals import STATED, number
 from .scene import read_scene
 
 Intent = Literal["act", "answer", "acknowledge"]
@@ -328,10 +329,8 @@ def mentioned(text: str, names: Iterable[str]) -> list[str]:
     return [name for _, name, times in found for _ in range(times)]
 
 
-_NUMBER_WORDS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-                 "nine": 9, "ten": 10}
 _NUMBERED_NAME = re.compile(r"^(?P<prefix>[A-Za-z]+?)[_-]?(?P<number>\d+)$")
-_NUMBER = r"(?:\d+|" + "|".join(_NUMBER_WORDS) + r")"
+_NUMBER = rf"(?:{STATED}|zero)"  # sw0 is "button zero"
 
 
 def numbered_family(names: Iterable[str]) -> tuple[str, dict[int, str]] | None:
@@ -361,7 +360,7 @@ def numbers_as_names(text: str, names: Iterable[str], nouns: Iterable[str]) -> s
                          re.IGNORECASE)
 
     def named(match: re.Match[str]) -> str:
-        numbers = [int(n) if n.isdigit() else _NUMBER_WORDS[n.lower()]
+        numbers = [0 if n.lower() == "zero" else number(n)
                    for n in re.findall(_NUMBER, match["numbers"], re.IGNORECASE)]
         if not all(n in family for n in numbers):
             return match[0]

@@ -65,12 +65,12 @@ _CONTAIN = re.compile(r"\bmust\s+(?:contain|include|have|hold)\s*:?\s*(?P<items>
 _INTACT = re.compile(r"\bonly\s+(?:move|use|take|handle)\s+(?:the\s+)?intact\b", re.I)
 _FIRST = re.compile(rf"\b(?:sort|move|handle|place|put|do)\s+(?:all\s+)?(?:the\s+)?(?P<what>{_PHRASE})\s+first\b", re.I)
 _FORGET = re.compile(r"\b(forget|ignore|drop|no longer|stop|cancel)\b", re.I)
-_ROBOT_REF = r"(?:robot\s*(?P<n>\d+)|(?P<name>[a-z][\w-]*\d))"
+_ROBOT = r"(?:robot\s*\d+|[a-z][\w-]*\d)"  # "robot 2", "arm1"
 # "Use arm1 for the damaged object in the left zone and arm2 for the one in the right zone."
-_USE = re.compile(r"\buse\s+(?P<body>(?:robot\s*\d+|[a-z][\w-]*\d)\s+for\b[^.;]*)", re.I)
-_USE_SPLIT = re.compile(r"\s*(?:,\s*and|,|\band)\s+(?=(?:robot\s*\d+|[a-z][\w-]*\d)\s+for\b)", re.I)
-_USE_PART = re.compile(rf"^{_ROBOT_REF}\s+for\s+(?P<what>[\w\s-]*?)\s+(?:in|on|at|from)\s+(?:the\s+)?"
-                       rf"(?P<place>[\w\s-]+?)\s*$", re.I)
+_USE = re.compile(rf"\buse\s+(?P<body>{_ROBOT}\s+for\b[^.;]*)", re.I)
+_USE_SPLIT = re.compile(rf"\s*(?:,\s*and|,|\band)\s+(?={_ROBOT}\s+for\b)", re.I)
+_USE_PART = re.compile(r"^(?:robot\s*(?P<n>\d+)|(?P<name>[a-z][\w-]*\d))\s+for\s+(?P<what>[\w\s-]*?)\s+"
+                       r"(?:in|on|at|from)\s+(?:the\s+)?(?P<place>[\w\s-]+?)\s*$", re.I)
 # Phrases that carry no goal of their own: what is left of a request once they and the parsed
 # clauses are removed must name no object kind, place or number, or the request is not understood.
 _BENIGN = re.compile(r"\bsort\s+(?:all\s+)?(?:the\s+)?\w+\s+by\s+(?:type|kind)\b|\bperform\s+the\s+following\b[^:.]*|"
@@ -530,11 +530,10 @@ class ZonesSkill:
         reach = Reach(found.robots, found.places, notes)
         if notes.get("want") is None:
             goal = read_goal(state.request, found.places, kinds, found.robots)
-            bound = desired(goal, where, damaged, reach) if goal is not None else None
-            if bound is None:
+            if goal is None or (bound := desired(goal, where, damaged, reach)) is None:
                 return None
             notes["want"], notes["order"] = bound
-            notes["movers"] = goal.movers if goal is not None else {}
+            notes["movers"] = goal.movers
         want, order = notes["want"], notes.get("order") or []
         todo = [t for t in want if t in where and where[t] != want[t]]
         if not todo:
