@@ -55,3 +55,22 @@ WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
 ])
 def test_wording_with_warehouse_tools(text: str, intent: str) -> None:
     assert heuristic_intent(text, WAREHOUSE_TOOLS) == intent
+
+
+@pytest.mark.parametrize(("text", "tools", "intent"), [
+    # The second held-out set, with the tools the benchmark sent. "area2" begins with the word "area"
+    # of place_object_in_area, and "team" is team_from_people's: neither is a verb there.
+    ("Consider area3 the default assignement for ref_obj_1 and ref_obj_3. area2 is for the rest.",
+     ["grab_object", "place_object_in_area"], "acknowledge"),
+    ("area4 is for ref_obj_1 and area5 is for the rest.", ["grab_object", "place_object_in_area"], "acknowledge"),
+    ("Hey! the target area for ref_obj_2 has changed! It's area3 now.", ["grab_object"], "acknowledge"),
+    ("Perfect, Now wait for further instruction", ["grab_object"], "acknowledge"),
+    # A greeting alone is no clause, and a word typed twice is one.
+    ("Hey! I want you to to launch a cycle for all objects. However, you must not use area2 anymore.",
+     ["grab_object"], "act"),
+    ("team GEPETTO prefers milky coffee and team RAP prefers milky coffee.",
+     ["team_from_people", "position_mug_in_machine"], "acknowledge"),
+    ("Put what is on the table in the box.", ["take", "put"], "act"),
+])
+def test_wording_with_the_benchmark_tools(text: str, tools: list[str], intent: str) -> None:
+    assert heuristic_intent(text, tools) == intent

@@ -417,6 +417,108 @@ def test_questions_about_areas_are_answered_from_the_rules() -> None:
     assert cycle_answer("Which objects are damaged?", rules, OBJECTS, areas) is None
 
 
+def cycle(say: str, assignment: dict[str, str], *, answer: bool = True) -> list[Stage]:
+    """build_object_to_zone_stages: one stage per object sorted, the first with the request, the last
+    answered when the cycle is flagged and resetting the scene."""
+    count = len(assignment)
+    return [Stage(say if minimum == 1 else None, sorted_into(assignment, minimum), budget=4,
+                  answer=answer and minimum == count, reset=minimum == count) for minimum in range(1, count + 1)]
+
+
+def test_areas_named_before_their_objects_and_the_rest() -> None:
+    # Held-out SimpPreset3 and SimpAdd2: "consider area1 the default ... for ref_obj_1 and area5 for
+    # ref_obj_2 and ref_obj_3" was asked about again, "area4 ... and area5 is for the rest" acted on.
+    rules = ["Okay, consider area1 the default assignment for ref_obj_1 and area5 for ref_obj_2 and ref_obj_3.",
+             "Hey! the target area for ref_obj_2 has changed! It's area3 now."]
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        *cycle("Perfect! Launch a cycle now for all objects",
+               {"ref_obj_1": "area1", "ref_obj_2": "area5", "ref_obj_3": "area5"}),
+        Stage(rules[1]),
+        *cycle("Hello, you can launch a cycle for all objects!",
+               {"ref_obj_1": "area1", "ref_obj_2": "area3", "ref_obj_3": "area5"}),
+    ], WAREHOUSE_RULES)
+    assert acknowledged(said[0], rules[0]) and acknowledged(said[2], rules[1])
+    assert world.calls[6:] == ["grab_object(ref_obj_1)", "place_object_in_area(area1)",
+                               "grab_object(ref_obj_2)", "place_object_in_area(area3)",
+                               "grab_object(ref_obj_3)", "place_object_in_area(area5)"]
+    rule = "area4 is for ref_obj_1 and area5 is for the rest."
+    world = Warehouse(5)
+    said, asked_too = episode(world, [
+        Stage(rule),
+        *cycle("Can you launch a cycle for all objects please?",
+               {"ref_obj_1": "area4", "ref_obj_2": "area5", "ref_obj_3": "area5"}, answer=False),
+    ], WAREHOUSE_RULES)
+    assert acknowledged(said[0], rule) and not asked and not asked_too
+
+
+def test_warehouse_cycles_concern_only_the_objects_of_the_area_a_rule_says() -> None:
+    # Held-out SimpPreset4: ref_obj_1 (area5) was sorted although only area1's objects were concerned.
+    world = Warehouse(5)
+    scoped = {"ref_obj_2": "area1", "ref_obj_3": "area1"}
+    _, asked = episode(world, [
+        Stage("For future cycle, only objects that are associated with area1 are concerned okay?"),
+        Stage("Okay, consider area5 the default assignment for ref_obj_1 and area1 for ref_obj_2 and ref_obj_3."),
+        *cycle("Please launch a cycle right now please", scoped),
+        *cycle("I need a cycle now", scoped),
+        *cycle("Just for this time, I need a cycle for ref_obj_1 and ref_obj_2 to area3 please",
+               {"ref_obj_1": "area3", "ref_obj_2": "area3"}),
+        *cycle("Please launch a cycle right now please", scoped),
+    ], WAREHOUSE_RULES)
+    assert "ref_obj_1" not in world.calls[0] and world.calls.count("grab_object(ref_obj_1)") == 1
+    assert len(world.calls) == 16 and not asked
+
+
+def test_warehouse_a_closed_area_is_refused_until_it_reopens() -> None:
+    # Held-out SimpInterdictionPreset2: the cycle to the default areas must be refused while area2 is closed.
+    rules = ["Consider area2 the default area for ref_obj_1 and area1 for ref_obj_2",
+             "However, you should not use area2."]
+    world = Warehouse(4)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        Stage(rules[1]),
+        Stage("Can you launch a cycle for all objects please to their default areas?"),
+        *cycle("Oh okay, then launch a cycle just for ref_obj_2", {"ref_obj_2": "area1"}),
+        Stage("Hello, can you send all objects to area2?"),
+        Stage("Do you have another area avalaible?"),
+        *cycle("Hey area2 is not in maintenance anymore. Launch a cycle for all objects according to their "
+               "default location", {"ref_obj_1": "area2", "ref_obj_2": "area1"}),
+    ], WAREHOUSE_RULES)
+    refusals = [said[2], said[4]]
+    assert all(s.startswith("Sorry") and "area2" in s for s in refusals), refusals
+    assert "area1" in said[5] and "area3" in said[5], said[5]
+    assert world.calls == ["grab_object(ref_obj_2)", "place_object_in_area(area1)",
+                           "grab_object(ref_obj_1)", "place_object_in_area(area2)",
+                           "grab_object(ref_obj_2)", "place_object_in_area(area1)"]
+    assert not asked
+
+
+def test_warehouse_an_area_closed_inside_a_request_stays_closed_after_it() -> None:
+    # Held-out SimpPreset6 and SimpPreset7: "the rest" read as an action, then a one-off cycle that
+    # closes an area for later requests too.
+    rule = "Consider area2 the default assignement for ref_obj_1 and ref_obj_3. area1 is for the rest."
+    world = Warehouse(4)
+    said, asked = episode(world, [
+        Stage(rule),
+        *cycle("I want you to take ref_obj_2 and place it in its target area?", {"ref_obj_2": "area1"},
+               answer=False),
+        *cycle("I want you to take a ref_obj_3 and put in area2 whitout using the cycle method.",
+               {"ref_obj_3": "area2"}, answer=False),
+        Stage("Perfect, Now wait for further instruction"),
+        Stage("Hey robot, do you know where should you put ref_obj_3"),
+        *cycle("Hey! I want you to to launch a cycle for all objects. However, you must not use area1 anymore. "
+               "All objects must temporary goes to area4", dict.fromkeys(OBJECTS, "area4")),
+        Stage("Can you launch a cycle for ref_obj_2 to area1 please?"),
+        *cycle("area1 is fine now. I will test it. Launch a cycle for ref_obj_2 in area1 only please.",
+               {"ref_obj_2": "area1"}),
+    ], WAREHOUSE_RULES)
+    assert acknowledged(said[0], rule) and "wait" in said[1]
+    assert "area2" in said[2] and said[4].startswith("Sorry") and "area1" in said[4]
+    assert world.calls[-2:] == ["grab_object(ref_obj_2)", "place_object_in_area(area1)"]
+    assert not asked
+
+
 def test_the_runner_fails_a_warehouse_stage_that_goes_over_its_budget() -> None:
     cycle = {"ref_obj_1": "area2"}
     with pytest.raises(AssertionError, match="over its budget of 1"):

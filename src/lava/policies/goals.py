@@ -280,22 +280,76 @@ _ALL = re.compile(r"\b(?:all|every|each)\s+(?:the\s+|of\s+the\s+)?(?:objects?|it
 _MEMORY = re.compile(r"\b(?:memory|remember|assigned|assignments?|defaults?|usual|cycles?)\b", re.IGNORECASE)
 
 
+# "the target area for ref_obj_2 has changed! It's area3 now": the object in one clause, its area in the next.
+_ABOUT_AREA = re.compile(r"\b(?:target|area|destination|assignment|location)s?\b", re.IGNORECASE)
+# "area2 is for the rest", "every other object goes to area4" (not "every other category").
+_REST = re.compile(r"\bthe\s+rest\b|\bother\s+(?:objects?|items?|ones)\b", re.IGNORECASE)
+_PRONOUN = re.compile(r"\b(?:it|it's|its|they|they're|now)\b", re.IGNORECASE)
+
+
 def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> dict[str, str | None]:
     """Object -> area as a text states it ("ref_obj_1 goes to area2, ref_obj_2 goes to area3", "send
-    ref_obj_3 and ref_obj_1 to area3", "all objects to area2"); None: the text withdraws the object
-    ("ref_obj_3 must not be used anymore")."""
+    ref_obj_3 and ref_obj_1 to area3", "all objects to area2", "consider area1 the default for
+    ref_obj_1 and area5 for ref_obj_2 and ref_obj_3", "area4 is for ref_obj_1 and area5 is for the
+    rest"); None: the text withdraws the object ("ref_obj_3 must not be used anymore")."""
     out: dict[str, str | None] = {}
+    pending: list[str] = []  # objects whose area the next clause may give
     for clause in _CLAUSE.split(text):
         named = _named(clause, objects) or (list(objects) if _ALL.search(clause) else [])
         places = _named(clause, areas)
         if not named:
+            if len(places) == 1 and _REST.search(clause):
+                out.update({o: places[0] for o in objects if o not in out})  # "area2 is for the rest"
+            elif len(places) == 1 and pending and _PRONOUN.search(clause):
+                out.update(dict.fromkeys(pending, places[0]))
+            pending = []
             continue
+        pending = []
         if not places and _NOT_USED.search(clause):
             out.update(dict.fromkeys(named))
+        elif not places and _ABOUT_AREA.search(clause):
+            pending = named
         elif len(places) == 1:
             out.update(dict.fromkeys(named, places[0]))
         elif len(places) == len(named):
             out.update(zip(named, places, strict=True))
+        else:
+            out.update(_paired(clause, objects, areas, out))
+    return out
+
+
+def _paired(clause: str, objects: Sequence[str], areas: Sequence[str], known: Mapping[str, str | None]
+            ) -> dict[str, str | None]:
+    """Areas and objects of one clause paired by its "and" parts: "area1 for ref_obj_1 and area5 for
+    ref_obj_2 and ref_obj_3" (area first: a part with objects only joins the part before it),
+    "ref_obj_1 and ref_obj_2 go to area1 and ref_obj_3 to area2" (objects first: it joins the part
+    after it). "the rest" is every object named nowhere else."""
+    parts = []
+    for part in re.split(r"\band\b", clause, flags=re.IGNORECASE):
+        places = _named(part, areas)
+        if len(places) > 1:
+            return {}  # two areas with nothing between them to tell their objects apart
+        parts.append((_named(part, objects), places[0] if places else None, part))
+    area_first = any(place is not None and named
+                     and part.lower().find(place.lower()) < part.lower().find(named[0].lower())
+                     for named, place, part in parts)
+    groups: list[tuple[list[str], str, bool]] = []
+    waiting: list[str] = []
+    for named, place, part in parts:
+        if place is None:
+            if area_first and groups:
+                groups[-1][0].extend(named)
+            else:
+                waiting += named
+            continue
+        groups.append(([*waiting, *named], place, bool(_REST.search(part))))
+        waiting = []
+    out: dict[str, str | None] = {}
+    for named, place, _ in groups:
+        out.update(dict.fromkeys(named, place))
+    for named, place, rest in groups:
+        if rest and not named:
+            out.update({o: place for o in objects if o not in out and o not in known})
     return out
 
 
@@ -374,13 +428,47 @@ _FALLBACK = re.compile(r"\bno\s+(?:default\s+)?(?:assignment|area)\b[^.]*?\b(?:s
                        r"(?:to|in|into)\s+(?:the\s+)?(?P<area>[\w-]+)", re.I)
 
 
+# "you should not use area2", "the area2 can not be used anymore", "area3 is in maintenance".
+_BANNED = re.compile(r"\b(?:should|must|can|could|do|does|will|wo|may)\s*(?:not|n't)\s+(?:be\s+)?(?:use|used|using)\b|"
+                     r"\bin maintenance\b|\bout of (?:order|service)\b|"
+                     r"\b(?:is|are) (?:closed|unavailable|not available)\b", re.IGNORECASE)
+_UNBANNED = re.compile(r"\bnot in maintenance\b|\bno longer in maintenance\b|\b(?:is|are)\s+(?:fine|ok|okay|"
+                       r"available|usable|open|back|working)\b|\bcan be used again\b|\b(?:available|usable) again\b",
+                       re.IGNORECASE)
+# "For future cycle, only objects that are associated with area1 are concerned".
+_SCOPE = re.compile(r"\bonly\s+(?:the\s+)?objects?\s+(?:(?:that|which)\s+)?(?:(?:are|is)\s+)?(?:associated|assigned|"
+                    r"linked|related|going)\s+(?:with|to)\s+(?:the\s+)?(?P<area>[\w-]+)", re.IGNORECASE)
+
+
+def area_news(text: str, areas: Sequence[str]) -> list[str]:
+    """The clauses of a text that close or reopen an area ("However, you must not use area2 anymore"):
+    they hold beyond the request that says them."""
+    return [part.strip() for part in _CLAUSE.split(text)
+            if _named(part, areas) and (_BANNED.search(part) or _UNBANNED.search(part))]
+
+
+def banned(texts: Sequence[str], areas: Sequence[str]) -> list[str]:
+    """Areas the texts, in order, close and do not reopen."""
+    out: dict[str, None] = {}
+    for text in texts:
+        for part in area_news(text, areas):
+            if _UNBANNED.search(part):
+                for place in _named(part, areas):
+                    out.pop(place, None)
+            else:
+                out.update(dict.fromkeys(_named(part, areas)))
+    return list(out)
+
+
 @dataclass(frozen=True)
 class Cycle:
     """What a cycle request asks, read from it and the rules: the objects, in order, and the area of
-    each ("" when none is known, None when withdrawn), and those paused by a rule."""
+    each ("" when none is known, None when withdrawn), those paused by a rule, and those whose area
+    is closed (object -> area)."""
     wanted: list[str]
     area: dict[str, str | None]
     paused: list[str]
+    blocked: dict[str, str] = field(default_factory=dict)
 
     @property
     def missing(self) -> list[str]:
@@ -429,16 +517,27 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
     area = {thing: asked[thing] if thing in asked else default.get(thing) or fallback for thing in wanted}
     if implicit and any(area.values()):
         wanted = [o for o in wanted if area[o] != ""]
-    return Cycle(wanted, area, [o for o in paused(rules, request, objects) if o in wanted])
+    scope = next((m["area"] for rule in reversed(rules) if (m := _SCOPE.search(rule)) and m["area"] in areas), None)
+    if implicit and scope is not None:
+        wanted = [o for o in wanted if area[o] == scope]  # "only objects associated with area1 are concerned"
+    closed = banned([*rules, request], areas)
+    return Cycle(wanted, area, [o for o in paused(rules, request, objects) if o in wanted],
+                 {o: a for o in wanted if (a := area[o]) and a in closed})
 
 
 _UNASSIGNED = re.compile(r"\b(?:no|without|not have any|doesn't have|does not have|don't have|do not have|lacks?)\s+"
                          r"(?:an?\s+|any\s+)?(?:default\s+|known\s+)?(?:assignment|area|destination)", re.I)
 
 
+# "Do you have another area available?", "Which areas can you use?"
+_AREAS_ASKED = re.compile(r"\b(?:another|other|which|what|any)\s+(?:free\s+|available\s+|usable\s+)?areas?\b|"
+                          r"\bareas?\s+(?:are\s+)?(?:available|avalaible|free|open|usable)\b", re.IGNORECASE)
+
+
 def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> str | None:
     """What the rules say, for a question about where objects go ("do you know where ref_obj_1 must
-    go?") or which have no area ("do you have an object which do not have any assignment?")."""
+    go?"), which have no area ("do you have an object which do not have any assignment?") or which
+    areas are open ("do you have another area available?")."""
     cycle = read_cycle("all objects", rules, objects, areas)
     known = {o: a for o, a in (cycle.area.items() if cycle else ()) if a}
     if _UNASSIGNED.search(question):
@@ -447,6 +546,12 @@ def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], ar
             return "Every object has an assignment."
         return f"{listed(missing)} {'has' if len(missing) == 1 else 'have'} no assignment."
     named = _named(question, objects)
+    if _AREAS_ASKED.search(question) and not named:
+        closed = banned(rules, areas)
+        usable = [a for a in areas if a not in closed]
+        if not usable:
+            return "No, every area is closed for now."
+        return f"Yes, I can use {listed(usable)}." + (f" {listed(closed)} must not be used." if closed else "")
     if re.search(r"\bwhere\b", question, re.I) and named:
         return " ".join(f"{o} goes to {known[o]}." if o in known else f"I do not have any assignment for {o} yet."
                         for o in named)
@@ -587,7 +692,9 @@ __all__ = [
     "Move",
     "Step",
     "additions",
+    "area_news",
     "assignment_goal",
+    "banned",
     "class_examples",
     "cleared",
     "cycle_answer",

@@ -28,12 +28,14 @@ _FILLERS = ("ok", "okay", "good", "great", "perfect", "now", "then", "hey", "hel
 _LEADS = ("let's", "lets", "can you", "could you", "would you", "will you", "i want you to", "i need you to",
           "go ahead and", "you can", "you may", "you should", "try to")
 _STRONG_INFORM = re.compile(r"\b(remember|do not forget|don't forget|keep in mind|note that|from now on|"
-                            r"new (?:\w+ )?rule|forget|each time|every time|whenever|for future|future|from now)\b",
+                            r"new (?:\w+ )?rule|forget|each time|every time|whenever|for future|future|from now|"
+                            r"wait for (?:further|more|new|next|my|the next) instructions?|do nothing|stand by)\b",
                             re.IGNORECASE)
-_WEAK_INFORM = re.compile(r"\b(always|never|must|should|rules?|constraint|default|prefer|likes?|has access|consider|"
+_WEAK_INFORM = re.compile(r"\b(always|never|must|should|rules?|constraint|default|prefers?|likes?|has access|consider|"
                           r"by the way|(?:are|is) going to|go to|"
                           r"have access|belongs?|goes to|uses|there is no|there are no|anymore|no longer|"
-                          r"is broken|out of stock|is empty)\b", re.IGNORECASE)
+                          r"is broken|out of stock|is empty|(?:has|have) changed|(?:is|are) for)\b",
+                          re.IGNORECASE)
 _WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|"
                    r"(?:new|another) (recipe|order|delivery|task|request)s?)\b", re.IGNORECASE)
 _QUESTION_START = re.compile(
@@ -45,6 +47,13 @@ _EMBEDDED_LEAD = re.compile(r"\b(?:you can|can you|could you|you may|go ahead an
 _PROHIBITION = re.compile(r"^\s*(?:(?:please|however|but|and|also)\s*,?\s*)?(?:do not|don't|never|avoid)\b",
                           re.IGNORECASE)
 _CLAUSES = re.compile(r"[.:;!?]+\s*|,\s+")
+# A clause that only greets or approves ("Hey!", "Okay,", "Perfect"): it says nothing about the intent.
+_GREETING = re.compile(r"^\s*(?:hello|hi|hey|ok|okay|good|great|perfect|alright|oh|so|well|thanks|thank you)"
+                       r"(?:\s+(?:robot|machine|there|again))?\s*$", re.IGNORECASE)
+# The subject's verb in second or third place makes a statement ("team GEPETTO prefers milky coffee"),
+# not an order, unless the first word is a verb itself ("put what is on the table ...").
+_STATED = frozenset(("is", "are", "was", "were", "has", "have", "prefers", "likes", "loves", "wants", "needs",
+                     "goes", "belongs", "uses", "drinks"))
 
 
 def _clause_verb(clause: str) -> str | None:
@@ -58,12 +67,17 @@ def _clause_verb(clause: str) -> str | None:
                 changed = True
     if re.match(r"(do(es)? you|do not|don't)\b", words):
         return None  # "do you know ...": a question, not "do"
-    match = re.match(r"[a-z]+", words)
-    return match.group(0) if match else None
+    match = re.match(r"[a-z]+(?!\w)", words)  # a word: "area2 is for the rest" starts with no verb
+    if match is None:
+        return None
+    if match.group(0) not in _ACT_VERBS and _STATED & set(words.split()[1:3]):
+        return None
+    return match.group(0)
 
 
 def _clauses(text: str) -> list[str]:
-    return [c for c in _CLAUSES.split(text) if c.strip()]
+    text = re.sub(r"\b(\w+)\s+\1\b", r"\1", text)  # "I want you to to launch": a typed-twice word
+    return [c for c in _CLAUSES.split(text) if c.strip() and not _GREETING.match(c)]
 
 
 def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:

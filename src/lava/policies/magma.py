@@ -42,6 +42,7 @@ from .demos import _TAKE as _TAKE_VERB
 from .goals import (
     NUMBER,
     additions,
+    area_news,
     class_examples,
     cleared,
     cycle_answer,
@@ -91,6 +92,8 @@ _AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|w
                     r"this (?:tray|order|package|box))\b", re.I)
 # An urgent request that pauses the running one: "Stop the current sorting cycle and sort ref_obj_2 into
 # area1. This task has priority. Finish the current after."
+# "Now wait for further instruction": nothing to do and nothing to remember.
+_WAIT = re.compile(r"\bwait for (?:further|more|new|next|my|the next) instructions?\b", re.IGNORECASE)
 _INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|ongoing|what you are doing)\b"
                         r"[^.]*\.?.*\b(?:finish|resume|continue|complete|go back to)\b", re.I | re.S)
 _SENDING = re.compile(r"\b(?:cycles?|sort\w*|send|move|store|put|place|bring|deliver)\b", re.I)
@@ -400,6 +403,10 @@ class MagmaPolicy(Policy):
                 if cycle.paused:
                     return AgentDecision(say=f"Sorry, I cannot do that now: {listed(cycle.paused)} must not be "
                                              "handled yet. Tell me when I may.")
+                if cycle.blocked:
+                    closed = list(dict.fromkeys(cycle.blocked.values()))
+                    return AgentDecision(say=f"Sorry, I cannot do that: {listed(closed)} must not be used anymore, "
+                                             f"and {listed(list(cycle.blocked))} would go there.")
                 if cycle.missing:
                     state.asked_about = list(cycle.missing)
                     return AgentDecision(say=f"Which area should {listed(cycle.missing)} go to? I have no target "
@@ -908,9 +915,15 @@ class MagmaPolicy(Policy):
                 # The areas lava asked for ("For this cycle, ref_obj_3 goes to area5"): the request
                 # goes on with them, whatever the wording would say on its own.
                 intent = "act"
+            elif intent == "acknowledge" and _WAIT.search(instruction.content):
+                return everyone(AgentDecision(say="Understood, I will wait for your next instruction."))
             elif intent == "acknowledge":
                 state.remember_rule(instruction.content)
                 return everyone(AgentDecision(say=acknowledgement(instruction.content)))
+            if intent == "act":
+                # "... However, you must not use area2 anymore": it holds for the requests after this one.
+                for clause in area_news(instruction.content, location_values(situation.attributes)):
+                    state.remember_rule(clause)
             running = intent == "act" and state.intent == "act" and bool(state.request) and not state.finished
             interrupts = running and _INTERRUPT.search(instruction.content) is not None
             if answers:
