@@ -280,6 +280,48 @@ def test_make_coffee_002_coffees_asked_for_while_the_first_are_made_follow_them_
     assert not asked
 
 
+def looked_up(person: str) -> Callable[[CoffeeMachine], bool]:
+    """LookupTeamThenAnswerStage: the team tool, allowed before the answer, was called for `person`."""
+    return lambda w: any(c.endswith(f"({person})") and "team" in c for c in w.calls)
+
+
+def test_a_coffee_for_someone_whose_taste_is_unknown_is_asked_about_not_made() -> None:
+    # Held-out make_coffee SimpleDefinition@1: a mug was placed for "Lee and Clark" (MissingInformationStage).
+    rule = "Hey, please remember that Lee like their coffee black."
+    world = CoffeeMachine()
+    world.tools = COFFEE_TOOLS[:4]  # no team tools
+    said, asked = episode(world, [
+        Stage(rule),
+        Stage("Please make coffee for Lee and Clark."),
+        Stage("Clark wants a black coffee. Please make first the coffee for Lee and then the one for Clark.",
+              served("black"), budget=4),
+        Stage(None, served("black", "black"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+    ], [COFFEE_RULE])
+    assert acknowledged(said[0], rule)
+    assert "Clark" in said[1] and "Lee" not in said[1] and "preference" in said[1]
+    assert world.coffees == ["black", "black"] and len(world.calls) == 6
+    assert not asked
+
+
+def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None:
+    # Held-out make_coffee TeamDefinition@0 and @1: a mug was placed for Florent, whose team has no
+    # known taste (LookupTeamThenAnswerStage allows only the lookup); "team ... prefers" was acted on.
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("milky coffee is not available anymore."),
+        Stage("Please make coffee for Florent.", looked_up("Florent"), budget=1, answer=True),
+        Stage("Florent wants a black coffee.", served("black"), budget=4, direct=True),
+        Stage("team DISCO prefers milky coffee and team RAP prefers black coffee."),
+        Stage("Please make coffee for Merlin.", served("black", "milky"), budget=4, direct=True),
+    ], [COFFEE_RULE])
+    assert "Florent" in said[1] and "preference" in said[1]
+    assert world.calls[0] == "get_person_team(Florent)"
+    assert world.calls[-4:] == ["get_person_team(Merlin)", "position_mug_in_machine()", "insert_capsule(milky)",
+                                "start_coffee_cycle()"]
+    assert not asked
+
+
 def test_the_runner_fails_a_coffee_stage_that_goes_over_its_budget() -> None:
     with pytest.raises(AssertionError, match="over its budget of 2"):
         episode(CoffeeMachine(), [Stage("Oh, okay let's do a milky instead", served("milky"), budget=2)],

@@ -141,6 +141,51 @@ def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
     return found
 
 
+# -- people a request serves ("make coffee for Lee and Clark") ------------------------------------
+
+_FOR_PEOPLE = re.compile(r"\bfor\s+(?P<who>[A-Z][\w'-]*(?:\s*(?:,|\band\b)\s*[A-Z][\w'-]*)*)")
+
+
+def people(request: str, names: Mapping[str, str]) -> list[str]:
+    """The people a request is for, in order ("for Lee and then the one for Clark": Lee, Clark)."""
+    found: list[str] = []
+    for match in _FOR_PEOPLE.finditer(request):
+        for who in re.split(r"\s*(?:,|\band\b)\s*", match["who"]):
+            if who and who not in names and who.lower() not in _STOP and who not in found:
+                found.append(who)
+    return found
+
+
+def preference(person: str, request: str, known: Sequence[Group], choices: Sequence[str],
+               results: Sequence[str]) -> str | None:
+    """What `person` takes: said next to them in the request ("Clark wants a black coffee"), else a
+    rule's group ("Lee like their coffee black"), else their team's, once a lookup reported the team
+    ("Florent in team RAP" and "team RAP prefers milky coffee")."""
+    own = re.compile(rf"(?<![\w-]){re.escape(person)}(?![\w-])")
+    for clause in re.split(r"[.;!?]", request):
+        if own.search(clause) and len(said := set(mentioned(clause, choices))) == 1:
+            return said.pop()
+    mine = [g.value for g in known if person in g.members and g.value in choices]
+    if mine:
+        return mine[-1]
+    for line in results:
+        if own.search(line):
+            others = set(_TOKEN.findall(line)) - {person}
+            teams = [g.value for g in known if others & set(g.members) and g.value in choices]
+            if teams:
+                return teams[-1]
+    return None
+
+
+def team_lookup(toolbox: ToolBox) -> ToolSpec | None:
+    """A tool that tells the team of a person ("Return the team a person belongs to.")."""
+    for tool in toolbox.tools:
+        if len(tool.params) == 1 and "team" in f"{tool.name} {tool.description}".lower() and re.search(
+                r"\b(?:person|people)\b", f"{tool.params[0].name} {tool.params[0].description}", re.I):
+            return tool
+    return None
+
+
 # -- the calls a request needs ------------------------------------------------------------------
 
 
@@ -150,7 +195,10 @@ class Step:
     value: str | None = None
 
 
-def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any]) -> list[Step] | None:
+def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any],
+         results: Sequence[str] = ()) -> list[Step] | None:
+    """The calls the request needs, in order; None when no rule's procedure serves it. A request for
+    people whose preference is not known plans nothing either (see `unknown_people`)."""
     found = procedure(rules, toolbox)
     if found is None:
         return None
@@ -185,6 +233,13 @@ def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mappi
     if not wanted and not (request_words & goal_words):
         return None
     valued = [t for t in tools if t.params]
+    if valued and _about_people(known, toolbox) and (served := people(request, names)):
+        # One unit per person, with what each one takes; none while one is not known.
+        choices = _choices(valued[0], names, known)
+        units = [preference(p, request, known, choices, results) for p in served]
+        if None in units:
+            return None
+        return [Step(t, value if t.params else None) for value in units for t in tools]
     if valued:  # one unit per value asked for: "a milky coffee and a milky coffee"
         units = [v for v in wanted] or [None]
         return [Step(t, value if t.params else None) for value in units for t in tools]
@@ -204,6 +259,36 @@ def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mappi
         else:
             steps.append(Step(tool))
     return steps
+
+
+def _choices(tool: ToolSpec, names: Mapping[str, str], known: Sequence[Group]) -> list[str]:
+    """The values a valued procedure tool takes: those of the attribute the rules' groups use."""
+    attributes = Counter(names[g.value] for g in known)
+    if not attributes:
+        return list(names)
+    attribute = attributes.most_common(1)[0][0]
+    return [v for v, a in names.items() if a == attribute]
+
+
+def unknown_people(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any],
+                   results: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(people the request is for whose preference nothing says, the values they could take) when a
+    rule's procedure with a valued step serves the request ("Please make coffee for Lee and Clark"
+    where only Lee's taste is known)."""
+    found = procedure(rules, toolbox)
+    if found is None or not (valued := [t for t in found[0] if t.params]):
+        return [], []
+    names = vocabulary(attributes)
+    known = groups(rules, names)
+    if not _about_people(known, toolbox):
+        return [], []
+    choices = _choices(valued[0], names, known)
+    return [p for p in people(request, names) if preference(p, request, known, choices, results) is None], choices
+
+
+def _about_people(known: Sequence[Group], toolbox: ToolBox) -> bool:
+    """Whether the task deals in people's preferences: rules give some, or a tool looks up teams."""
+    return bool(known) or team_lookup(toolbox) is not None
 
 
 def next_step(steps: Sequence[Step], done_calls: Sequence[Mapping[str, Any]]) -> Step | None:
@@ -236,15 +321,27 @@ class ProceduresSkill:
     name = "procedures"
 
     def observe(self, situation, state, notes) -> None:
-        return None  # progress is replayed from the calls that succeeded
+        # Progress is replayed from the calls that succeeded; only what a team lookup said is kept
+        # ("Clark in team GEPETTO"), for every later step of the request.
+        if situation.feedback is None or (lookup := team_lookup(situation.toolbox)) is None:
+            return
+        from .task_state import results_with_calls
+        for result, call in results_with_calls(situation.feedback, state):
+            person = next(iter((call.get("arguments") or {}).values()), None)
+            if result.ok and call["name"] == lookup.name and isinstance(person, str):
+                notes["teams"] = {**notes.get("teams", {}), person: result.message}
 
     def next(self, situation, state, notes):
         from ..protocol import AgentDecision, ToolCall
         robots = situation.toolbox.robots or ("robot",)
         if len(robots) > 1 or state.failures_in_row >= 3:
             return None
-        steps = plan(state.request, [*situation.memory.memory_list, *state.rules], situation.toolbox,
-                     situation.attributes)
+        rules = [*situation.memory.memory_list, *state.rules]
+        results = [*state.observations, state.last_feedback, *(notes.get("teams") or {}).values()]
+        missing, choices = unknown_people(state.request, rules, situation.toolbox, situation.attributes, results)
+        if missing:
+            return self.ask_about(situation, state, missing, choices, robots[0])
+        steps = plan(state.request, rules, situation.toolbox, situation.attributes, results)
         if not steps:
             return None
         step = next_step(steps, state.done_calls)
@@ -255,6 +352,26 @@ class ProceduresSkill:
         return AgentDecision(tool_calls=[ToolCall(name=step.tool.name, arguments=arguments,
                                                   target_robot_name=robots[0])])
 
+    @staticmethod
+    def ask_about(situation, state, missing: list[str], choices: list[str], robot: str):
+        """Look up the team of the first person nothing is known of, when a tool can and it was not
+        asked yet; then say whose preference is missing (making something they did not ask for
+        fails the stage)."""
+        from ..protocol import AgentDecision, ToolCall
+        from .goals import listed
+        lookup = team_lookup(situation.toolbox)
+        if lookup is not None and situation.toolbox.get(lookup.name) is not None:
+            looked = {next(iter((c.get("arguments") or {}).values()), None)
+                      for c in [*state.done_calls, *state.failed] if c["name"] == lookup.name}
+            person = next((p for p in missing if p not in looked), None)
+            if person is not None:
+                return AgentDecision(tool_calls=[ToolCall(name=lookup.name, arguments={lookup.params[0].name: person},
+                                                          target_robot_name=robot)])
+        one = len(missing) == 1
+        return AgentDecision(say=f"{listed(missing)} {'does' if one else 'do'} not have any known preference yet. "
+                                 f"Which one would {missing[0] if one else 'each of them'} like: "
+                                 f"{listed(choices).replace(' and ', ' or ')}?")
 
-__all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "plan", "procedure",
-           "suspended"]
+
+__all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "people", "plan",
+           "preference", "procedure", "suspended", "team_lookup", "unknown_people"]
