@@ -85,15 +85,17 @@ def pytest_fail(req: GenerationRequest):
 
 
 def test_rules_make_the_planner_order_the_values() -> None:
+    # A rule sequences.py does not read: the model orders the values.
     def planner(req: GenerationRequest):
         assert req.component == "planner"
-        assert "press sw3 first" in req.messages[0].content
+        assert "press sw3 first on Mondays" in req.messages[0].content
         return ['["sw3", "sw1"]']
 
     eng, _ = engine(planner)
-    (ack,) = step(eng, "Each time you are asked to press a button, press sw3 first", {"history": []})
+    (ack,) = step(eng, "Each time you are asked to press a button, press sw3 first on Mondays", {"history": []})
     assert ack["output"]["say"].startswith("Understood")
-    assert ack["memory"]["lava"]["task"]["rules"] == ["Each time you are asked to press a button, press sw3 first"]
+    assert ack["memory"]["lava"]["task"]["rules"] == [
+        "Each time you are asked to press a button, press sw3 first on Mondays"]
     (out,) = step(eng, "Please press sw1", {**ack["memory"], "memory_list": ["Stay safe."]})
     assert out["output"]["tool_calls"][0]["arguments"] == {"obj_name": "sw3"}
     assert out["memory"]["memory_list"] == ["Stay safe."]
@@ -102,7 +104,7 @@ def test_rules_make_the_planner_order_the_values() -> None:
 
 def test_a_plan_that_drops_a_requested_value_is_not_taken() -> None:
     eng, _ = engine(lambda req: ['["sw3"]'])
-    (ack,) = step(eng, "Always press sw3 first", {"history": []})
+    (ack,) = step(eng, "Always press sw3 first on Mondays", {"history": []})
     (out,) = step(eng, "Please press sw1 and sw2", ack["memory"])
     assert out["memory"]["lava"]["task"]["plan"] == ["sw1", "sw2"]
 

@@ -34,7 +34,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..settings import Settings
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec, robot_statuses
-from . import skills
+from . import sequences, skills
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import _PUT, finisher, pick_and_place_demo, roles
@@ -332,13 +332,16 @@ class MagmaPolicy(Policy):
 
     async def plan(self, situation: Situation, state: TaskState, wanted: list[str]
                    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """The values to use, in order. Without rules the request's own order is the plan; with
-        rules the model orders them (constrained to known values, at least the requested ones)."""
+        """The values to use, in order. Without rules the request's own order is the plan; rules in
+        the forms sequences.py reads order it without the model; with other rules the model orders
+        them (constrained to known values, at least the requested ones)."""
         rules = [*situation.memory.memory_list, *state.rules]
         if not rules:
             return wanted, []
-        tool = self.acting_tool(situation)
         names = vocabulary(situation.attributes)
+        if (order := sequences.ordered(state.request, wanted, rules, list(names))) is not None:
+            return order, []
+        tool = self.acting_tool(situation)
         allowed = sorted(set(wanted) | {v for rule in rules for v in mentioned(rule, names)})
         examples = [*[*dict.fromkeys([*allowed, *names])][:3], "x", "y", "z"]
         schema = {"type": "array", "items": {"enum": allowed}, "minItems": len(wanted),
