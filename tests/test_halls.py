@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -123,14 +124,14 @@ def no_model(req: GenerationRequest):
 
 def run_stages(world: HallWorld, request: str, quota: dict[tuple[str, str], int], stages: list[tuple[int, int]], *,
                tools: list[dict] = TOOLS, attributes: dict | None = None, reset: bool = True,
-               then_answer: bool = False, max_turns: int = 60) -> tuple[list[int], str]:
+               then_answer: bool = False, max_turns: int = 60, rules: Sequence[str] = ()) -> tuple[list[int], str]:
     """Drive the policy like MAGMA-BENCH: stages (minimum placed, max calls), each counted from its
     start; a met stage resets the world when `reset` (the presets do); `then_answer`: a completion
     message must follow (CompletionAnswerStage). Returns the calls per stage and the final text
     answer ('' when the last stage ended on a call)."""
     eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
     attributes = attributes or {"known_robots": ["robot1", "robot2"], "halls": HALLS, "object_classes": CLASSES}
-    memory: dict = {"memory_list": [], "history": []}
+    memory: dict = {"memory_list": list(rules), "history": []}
     instruction = {"type": "user", "content": request}
     stage, used, spent = 0, 0, []
     for _ in range(max_turns):
@@ -214,6 +215,19 @@ def test_everything_of_a_delivery_goes_to_the_hall_the_user_names() -> None:
     assert world.halls["Hall1"] == ["book_3", "pen_1"]  # the other reception hall's objects stay
 
 
+def test_a_counted_sort_into_the_assigned_hall_stops_at_the_count() -> None:
+    # Held-out SmallHallSortingDefinition@1: after backpack_1 reached Hall3, lava moved on to look
+    # for more backpacks where the CompletionAnswerStage allowed only words (or a detection).
+    world = HallWorld({"Hall1": ["backpack_1", "package_2", "book_2", "pen_1"], "Hall2": [], "Hall3": [],
+                       "Hall4": []})
+    rules = ["Current storage rules: book and backpack objects belong in Hall3, pen and package objects belong "
+             "in Hall2."]
+    spent, say = run_stages(world, "A delivery has arrived. Sort 1 backpack object into its assigned hall.",
+                            {("Hall3", "backpack"): 1}, [(1, 8)], reset=False, then_answer=True, rules=rules)
+    assert say.startswith("Done."), world.calls
+    assert world.halls["Hall3"] == ["backpack_1"] and spent[0] <= 6, world.calls
+
+
 # -- pure pieces, from real trace strings ------------------------------------------------------
 
 
@@ -246,6 +260,9 @@ def test_goals_are_read_from_the_request_forms() -> None:
     rules = ["New rule: package and pen objects belong in Hall2, backpack and book objects belong in Hall4."]
     goal = read_goal("A delivery has arrived. Sort all book objects into their assigned hall.", rules, HALLS, CLASSES)
     assert goal is not None and goal.assign == {"book": "Hall4"}
+    # Held-out SmallHallSortingDefinition@1: after the one backpack, lava went looking for more.
+    goal = read_goal("A delivery has arrived. Sort 1 backpack object into its assigned hall.", rules, HALLS, CLASSES)
+    assert goal is not None and goal.atleast == {("Hall4", "backpack"): 1} and not goal.assign
     goal = read_goal("A delivery has arrived in Hall3. Send all its objects to Hall4. There is another delivery in "
                      "Hall1 too. Send all of those objects to Hall4 as well.", [], HALLS, CLASSES)
     assert goal is not None and goal.sources == {"Hall3": "Hall4", "Hall1": "Hall4"} and not goal.assign
