@@ -288,8 +288,8 @@ def looked_up(person: str) -> Callable[[CoffeeMachine], bool]:
 def test_a_coffee_for_someone_whose_taste_is_unknown_is_asked_about_not_made() -> None:
     # Held-out make_coffee SimpleDefinition@1: a mug was placed for "Lee and Clark" (MissingInformationStage).
     rule = "Hey, please remember that Lee like their coffee black."
+    # The team tools are there, but no rule speaks of teams and the stage wants words only.
     world = CoffeeMachine()
-    world.tools = COFFEE_TOOLS[:4]  # no team tools
     said, asked = episode(world, [
         Stage(rule),
         Stage("Please make coffee for Lee and Clark."),
@@ -307,6 +307,9 @@ def test_a_coffee_for_someone_whose_taste_is_unknown_is_asked_about_not_made() -
 def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None:
     # Held-out make_coffee TeamDefinition@0 and @1: a mug was placed for Florent, whose team has no
     # known taste (LookupTeamThenAnswerStage allows only the lookup); "team ... prefers" was acted on.
+    registry = ("When asked to make coffee for a person, first use the team registry to find their team, then "
+                "apply that team's coffee preference. If the team has no coffee preference, ask the user for the "
+                "person's preference.")
     world = CoffeeMachine()
     said, asked = episode(world, [
         Stage("milky coffee is not available anymore."),
@@ -314,7 +317,7 @@ def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None
         Stage("Florent wants a black coffee.", served("black"), budget=4, direct=True),
         Stage("team DISCO prefers milky coffee and team RAP prefers black coffee."),
         Stage("Please make coffee for Merlin.", served("black", "milky"), budget=4, direct=True),
-    ], [COFFEE_RULE])
+    ], [COFFEE_RULE, registry])
     assert "Florent" in said[1] and "preference" in said[1]
     assert world.calls[0] == "get_person_team(Florent)"
     assert world.calls[-4:] == ["get_person_team(Merlin)", "position_mug_in_machine()", "insert_capsule(milky)",

@@ -340,7 +340,7 @@ class ProceduresSkill:
         results = [*state.observations, state.last_feedback, *(notes.get("teams") or {}).values()]
         missing, choices = unknown_people(state.request, rules, situation.toolbox, situation.attributes, results)
         if missing:
-            return self.ask_about(situation, state, missing, choices, robots[0])
+            return self.ask_about(situation, state, missing, choices, robots[0], rules)
         steps = plan(state.request, rules, situation.toolbox, situation.attributes, results)
         if not steps:
             return None
@@ -353,14 +353,15 @@ class ProceduresSkill:
                                                   target_robot_name=robots[0])])
 
     @staticmethod
-    def ask_about(situation, state, missing: list[str], choices: list[str], robot: str):
-        """Look up the team of the first person nothing is known of, when a tool can and it was not
-        asked yet; then say whose preference is missing (making something they did not ask for
-        fails the stage)."""
+    def ask_about(situation, state, missing: list[str], choices: list[str], robot: str, rules: Sequence[str]):
+        """Look up the team of the first person nothing is known of, when the rules speak of teams
+        ("first use the team registry to find their team") and it was not asked yet; then say whose
+        preference is missing (making something they did not ask for fails the stage; so does a
+        lookup no rule asked for, where the stage wants words only)."""
         from ..protocol import AgentDecision, ToolCall
         from .goals import listed
         lookup = team_lookup(situation.toolbox)
-        if lookup is not None and situation.toolbox.get(lookup.name) is not None:
+        if lookup is not None and re.search(r"\bteams?\b", " ".join(rules), re.IGNORECASE):
             looked = {next(iter((c.get("arguments") or {}).values()), None)
                       for c in [*state.done_calls, *state.failed] if c["name"] == lookup.name}
             person = next((p for p in missing if p not in looked), None)
