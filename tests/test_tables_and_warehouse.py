@@ -364,8 +364,11 @@ def test_warehouse_a_request_naming_one_tool_and_one_value_is_that_call() -> Non
         # Held-out SimpPreset2: a grab of ref_obj_1 came first (read as a cycle to area4).
         Stage("Hey, you can use this new area4 for ref_obj_1. Add it to your system", lambda w: len(removed) == 2,
               budget=1),
+        # SimpAdd3 names two areas; the one "remove" governs is the call.
+        Stage("Can you remove area3 from your known area and consider area5 as the default target for all objects",
+              lambda w: len(removed) == 3, budget=1),
     ], WAREHOUSE_RULES)
-    assert world.calls == ["remove_location(area2)", "add_new_location(area4)"]
+    assert world.calls == ["remove_location(area2)", "add_new_location(area4)", "remove_location(area3)"]
     assert not asked
 
 
@@ -516,6 +519,14 @@ def test_warehouse_an_area_closed_inside_a_request_stays_closed_after_it() -> No
     assert acknowledged(said[0], rule) and "wait" in said[1]
     assert "area2" in said[2] and said[4].startswith("Sorry") and "area1" in said[4]
     assert world.calls[-2:] == ["grab_object(ref_obj_2)", "place_object_in_area(area1)"]
+    assert not asked
+    # Held-out SimpPreset7 drew the area it closes as the one it sends everything to: the cycle is wanted.
+    world = Warehouse(4)
+    _, asked = episode(world, [
+        Stage(rule),
+        *cycle("Hey! I want you to to launch a cycle for all objects. However, you must not use area4 anymore. "
+               "All objects must temporary goes to area4", dict.fromkeys(OBJECTS, "area4")),
+    ], WAREHOUSE_RULES)
     assert not asked
 
 

@@ -521,8 +521,11 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
     if implicit and scope is not None:
         wanted = [o for o in wanted if area[o] == scope]  # "only objects associated with area1 are concerned"
     closed = banned([*rules, request], areas)
+    # "... you must not use area4 anymore. All objects must temporary goes to area4": within one
+    # request, the area it sends objects to wins over the one it closes; the closing holds after it.
+    sent = {a for a in asked.values() if a} & set(banned([request], areas))
     return Cycle(wanted, area, [o for o in paused(rules, request, objects) if o in wanted],
-                 {o: a for o in wanted if (a := area[o]) and a in closed})
+                 {o: a for o in wanted if (a := area[o]) and a in closed and not (o in asked and a in sent)})
 
 
 _UNASSIGNED = re.compile(r"\b(?:no|without|not have any|doesn't have|does not have|don't have|do not have|lacks?)\s+"

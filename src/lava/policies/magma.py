@@ -300,9 +300,10 @@ class MagmaPolicy(Policy):
         if len(robots) != 1 or not state.request:
             return None
         said = set(re.findall(r"[a-z]+", state.request.lower()))
-        tools = [tool for tool, own in _own_words(situation.toolbox) if own and own & said]
-        if len(tools) != 1:
+        found = [(tool, own) for tool, own in _own_words(situation.toolbox) if own and own & said]
+        if len(found) != 1:
             return None
+        tools = [found[0][0]]
         param = tools[0].params[0]
         places = _LOCATION.search(f"{param.name} {param.description}") is not None
         pool = location_values(situation.attributes) if places else object_values(situation.attributes)
@@ -311,6 +312,12 @@ class MagmaPolicy(Policy):
             values += [v for v in re.findall(rf"\b{re.escape(family[0])}[_-]?\d+\b", state.request, re.I)
                        if v not in values]
         values = values or re.findall(r"\b(?:called|named)\s+([A-Za-z][\w-]*)", state.request)
+        if len(values) > 1:
+            # "remove area2 from your known area and consider area4 as the default": the value the
+            # tool's own word governs.
+            own = "|".join(sorted(found[0][1]))
+            values = [v for v in values if re.search(rf"\b(?:{own})\s+(?:the\s+)?{re.escape(v)}\b", state.request,
+                                                     re.IGNORECASE)]
         if len(values) != 1:
             return None
         call = _call(tools[0], robots[0], values[0])
