@@ -160,6 +160,25 @@ def test_presets_with_other_tools_get_their_own_benchmark_root(magma: MagmaEnvir
     assert total == 3
 
 
+@pytest.mark.magma
+def test_an_entry_that_cannot_compile_is_skipped_and_named_not_its_whole_scenario(magma: MagmaEnvironment,
+                                                                                   tmp_path: Path) -> None:
+    """color_sorting.CSB is a benchmark bundle the manifest lists among the presets, and has no
+    situation_init: it used to take SortingDefinition@2 down with it."""
+    out = tmp_path / "color_sorting"
+    outcome = magma.compile_plan({str(out): ["color_sorting.CSB", "color_sorting.SortingDefinition@0"]},
+                                 tmp_path / "compile.log")
+    compiled = outcome[str(out)]
+    assert compiled.error is None, (tmp_path / "compile.log").read_text()
+    assert list(compiled.skipped) == ["color_sorting.CSB"] and "situation_init" in compiled.skipped["color_sorting.CSB"]
+    total = sum(json.loads((root / "benchmark.json").read_text())["total_episodes"] for root in compiled.roots)
+    assert total == 1
+    report = ConfigReport(AgentConfig("lava"), [ScenarioReport("color_sorting", episodes=1, successes=1,
+                                                               statuses={"success": 1},
+                                                               not_compiled=dict(compiled.skipped))])
+    assert "not compiled: color_sorting.CSB" in render_table([report])
+
+
 def _descendants(pid: int) -> set[int]:
     found: set[int] = set()
     frontier = [pid]

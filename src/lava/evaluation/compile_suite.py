@@ -2,8 +2,10 @@
 
 Usage (inside the MAGMA venv):  python compile_suite.py PLAN.json
 PLAN: {"<out dir>": ["scenario.Entry[=JSON][@SEED]", ...], ...}; one scenario per directory.
-Prints one JSON line per directory: {"out": ..., "ok": bool, "roots": [...], "error": ...}; `roots` are
-the benchmark roots written (OUT itself, plus a sibling per further tools class, see local_benchmark).
+Prints one JSON line per directory: {"out": ..., "ok": bool, "roots": [...], "skipped": {entry: error},
+"error": ...}; `roots` are the benchmark roots written (OUT itself, plus a sibling per further tools
+class, see local_benchmark). An entry that cannot be compiled (a benchmark bundle named as a preset)
+is skipped, with its error, rather than losing the other entries of its scenario.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -19,17 +23,44 @@ sys.path.insert(0, str(Path(__file__).parent))
 import local_benchmark
 
 
+def _compile(out: str, entries: list[str]) -> list[str]:
+    """The benchmark roots written; raises what the compiler raised."""
+    chatter = io.StringIO()
+    with contextlib.redirect_stdout(chatter):
+        local_benchmark.main([out, *entries])
+    return [line[len("root: "):] for line in chatter.getvalue().splitlines() if line.startswith("root: ")]
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[-1500:]
+
+
 def main() -> int:
     plan = json.loads(Path(sys.argv[1]).read_text())
     for out, entries in plan.items():
-        chatter = io.StringIO()
+        skipped: dict[str, str] = {}
         try:
-            with contextlib.redirect_stdout(chatter):
-                local_benchmark.main([out, *entries])
-            roots = [line[len("root: "):] for line in chatter.getvalue().splitlines() if line.startswith("root: ")]
-            print(json.dumps({"out": out, "ok": True, "roots": roots}), flush=True)
+            roots = _compile(out, entries)
         except BaseException as exc:  # SystemExit from argparse errors included
-            print(json.dumps({"out": out, "ok": False, "error": f"{type(exc).__name__}: {exc}"[-1500:]}), flush=True)
+            if len(entries) == 1:
+                print(json.dumps({"out": out, "ok": False, "error": _error(exc)}), flush=True)
+                continue
+            scratch = tempfile.mkdtemp(prefix="lava-compile-")
+            for entry in entries:  # which ones fail on their own
+                try:
+                    _compile(str(Path(scratch) / "one"), [entry])
+                except BaseException as alone:
+                    skipped[entry] = _error(alone)
+            shutil.rmtree(scratch, ignore_errors=True)
+            kept = [e for e in entries if e not in skipped]
+            try:
+                if not kept or not skipped:
+                    raise exc
+                roots = _compile(out, kept)
+            except BaseException as again:
+                print(json.dumps({"out": out, "ok": False, "error": _error(again), "skipped": skipped}), flush=True)
+                continue
+        print(json.dumps({"out": out, "ok": True, "roots": roots, "skipped": skipped}), flush=True)
     return 0
 
 

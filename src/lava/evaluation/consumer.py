@@ -110,8 +110,10 @@ class MagmaEnvironment:
         for line in result.stdout.splitlines():
             if line.startswith("{"):
                 report = json.loads(line)
-                outcome[report["out"]] = (Compiled(roots=[Path(r) for r in report.get("roots") or [report["out"]]])
-                                          if report["ok"] else Compiled(error=report.get("error", "failed")))
+                skipped = dict(report.get("skipped") or {})
+                outcome[report["out"]] = (
+                    Compiled(roots=[Path(r) for r in report.get("roots") or [report["out"]]], skipped=skipped)
+                    if report["ok"] else Compiled(error=report.get("error", "failed"), skipped=skipped))
         return outcome
 
     def run_bench(
@@ -158,9 +160,11 @@ def _report_progress(progress: Path, reported: int, on_episode: Callable[[str], 
 
 @dataclass
 class Compiled:
-    """One compiled plan entry: its benchmark roots (one per tools class), or why it failed."""
+    """One compiled plan entry: its benchmark roots (one per tools class), or why it failed, and the
+    entries left out because they could not be compiled (entry: error)."""
     roots: list[Path] = field(default_factory=list)
     error: str | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

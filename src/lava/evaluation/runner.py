@@ -47,6 +47,7 @@ class ScenarioReport:
     bench_seconds: float = 0.0
     failures: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
+    not_compiled: dict[str, str] = field(default_factory=dict)  # suite entry: the compiler's error
 
     @property
     def success_rate(self) -> float:
@@ -73,6 +74,7 @@ class ConfigReport:
             total.bench_seconds += s.bench_seconds
             for status, count in s.statuses.items():
                 total.statuses[status] = total.statuses.get(status, 0) + count
+            total.not_compiled.update(s.not_compiled)
         return total
 
 
@@ -166,7 +168,8 @@ def run_eval(entries: Sequence[SuiteEntry], configs: Sequence[AgentConfig], out:
                  running_agent(config, base / "lava.log") as agent_url:
                 for scenario, group in groups.items():
                     compiled_scenario = compiled_plan.get(str(compiled / scenario)) or Compiled(error="not compiled")
-                    scenario_report = ScenarioReport(scenario, error=compiled_scenario.error)
+                    scenario_report = ScenarioReport(scenario, error=compiled_scenario.error,
+                                                     not_compiled=dict(compiled_scenario.skipped))
                     report.scenarios.append(scenario_report)
                     for benchmark in compiled_scenario.roots:
                         results = base / "results" / benchmark.name
@@ -195,7 +198,10 @@ def _rate(s: ScenarioReport) -> str:
 
 
 def _statuses(s: ScenarioReport) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items(), key=lambda kv: -kv[1]) if k != "success")
+    failed = [f"{k} {v}" for k, v in sorted(s.statuses.items(), key=lambda kv: -kv[1]) if k != "success"]
+    if s.not_compiled:
+        failed.append(f"not compiled: {', '.join(s.not_compiled)}")
+    return ", ".join(failed)
 
 
 def render_table(reports: Sequence[ConfigReport]) -> str:
