@@ -522,11 +522,18 @@ def test_warehouse_an_area_closed_inside_a_request_stays_closed_after_it() -> No
     assert not asked
     # Held-out SimpPreset7 drew the area it closes as the one it sends everything to: the cycle is wanted.
     world = Warehouse(4)
-    _, asked = episode(world, [
+    said, asked = episode(world, [
         Stage(rule),
         *cycle("Hey! I want you to to launch a cycle for all objects. However, you must not use area4 anymore. "
                "All objects must temporary goes to area4", dict.fromkeys(OBJECTS, "area4")),
+        Stage("Can you launch a cycle for ref_obj_3 to area4 please?"),  # closed from then on
+        *cycle("area4 is fine now. I will test it. Launch a cycle for ref_obj_3 in area4 only please.",
+               {"ref_obj_3": "area4"}),
+        *cycle("Hey! I want you to to launch a cycle for all objects. However, you must not use area4 anymore. "
+               "All objects must temporary goes to area4", dict.fromkeys(OBJECTS, "area4")),
+        Stage("Can you launch a cycle for ref_obj_3 to area4 please?"),  # closed again: the same words said again
     ], WAREHOUSE_RULES)
+    assert said[-1].startswith("Sorry") and "area4" in said[-1]
     assert not asked
 
 

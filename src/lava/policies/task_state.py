@@ -183,8 +183,8 @@ class TaskState:
         if _FORGET.search(text) and not re.search(r"\bprefix\b", text, re.IGNORECASE):
             self.rules = []
             return
-        if text not in self.rules:
-            self.rules = [*self.rules, text][-MAX_RULES:]
+        # Said again, a rule is the latest word: it moves last (a closed area reopened, then closed again).
+        self.rules = [*(r for r in self.rules if r != text), text][-MAX_RULES:]
 
     def observe(self, feedback: Feedback, toolbox: ToolBox) -> list[Result]:
         """Fold environment feedback into the state: successes are done, failures remembered."""
