@@ -186,7 +186,9 @@ def test_unreachable_server_gives_error_candidates_not_a_failed_start(make_clien
     with TestClient(create_app(settings)) as client:
         assert client.get("/health").status_code == 200
         memory = {"memory_list": ["keep it"], "history": []}
-        response = client.post("/v1/responses", json={"request_id": "r", "inputs": [user_input(memory=memory)]})
+        # A request only the model can place (no button named): the unreachable server is asked.
+        entry = user_input("Please press the blinking button", memory=memory)
+        response = client.post("/v1/responses", json={"request_id": "r", "inputs": [entry]})
     assert response.status_code == 200
     (out,) = response.json()
     assert out["status"] == "error" and out["error"]["code"] == "backend_unavailable"

@@ -76,7 +76,10 @@ def test_lava_bench_measures_overhead_tokens_and_rss_end_to_end(tmp_path, capsys
     assert full["decisions"] == magma["decisions"] == 12
     # The full history grows with every turn; the bounded policy does not.
     assert full["per_decision"] == sorted(full["per_decision"]) and full["last"] > 2 * full["first"]
-    assert magma["max"] <= 1.5 * magma["first"]
+    # magma plans this episode without the model (its rule is not about the buttons), so it reads no
+    # prompt at all; when it does read some, they do not grow.
+    assert magma["growth"] is None or magma["growth"] <= 1.5
+    assert magma["max"] < full["last"]
     rss = report["rss"]
     assert rss["requests"] == 300 and rss["rss_before_mb"] > 10 and rss["rss_after_mb"] > 10
     printed = capsys.readouterr().out

@@ -43,6 +43,7 @@ def test_the_request_s_order_under_the_rules(request_: str, wanted: list[str], r
 
 
 @pytest.mark.parametrize("rule", ["Always press sw2 after sw0 unless it rains.", "Press sw3 first on Mondays.",
+                                  "Never press sw0.",
                                   "press all even buttons before the even ones"])
 def test_rules_about_order_in_other_words_are_the_model_s(rule: str) -> None:
     assert read_rules([rule], BUTTONS) is None

@@ -87,10 +87,12 @@ def render(report: dict[str, Any]) -> str:
         t = report["tokens"]
         lines += ["", f"3. prompt tokens per decision over a {t['turns']}-turn scripted episode ({t['tokenizer']})"]
         for name, r in t["policies"].items():
+            growth = ("no prompt at all (every decision planned)" if r["growth"] is None else
+                      f"max/first prompt {r['growth']:.2f}x   (target <= {TARGETS['token_growth']:g}x: "
+                      f"{_mark(r['growth'] <= TARGETS['token_growth'])})")
             lines.append(f"   {name:14} turn 1 {r['first']:6,}   turn {r['decisions']} {r['last']:6,}   "
                          f"max {r['max']:6,}   mean {r['mean']:7,.0f}   model called in {r['model_decisions']}/"
-                         f"{r['decisions']} decisions   max/turn 1 {r['growth']:.2f}x   "
-                         f"(target <= {TARGETS['token_growth']:g}x: {_mark(r['growth'] <= TARGETS['token_growth'])})")
+                         f"{r['decisions']} decisions   {growth}")
     if "rss" in report:
         r = report["rss"]
         lines += ["", f"4. RSS of lava serve (scripted) over {r['requests']:,} requests after {r['warmup']} warm-up",

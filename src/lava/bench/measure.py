@@ -277,10 +277,12 @@ def prompt_tokens(policies: list[str], *, turns: int, settings: Settings) -> dic
     results = {}
     for name in policies:
         tokens = asyncio.run(_episode_tokens(name, turns, count))
-        # A decision taken without a model call (a planned step) reads no prompt at all: 0 tokens.
+        # A decision taken without a model call (a planned step) reads no prompt at all: 0 tokens. The
+        # growth is over the decisions that read one (None when none did: nothing to grow).
+        prompted = [t for t in tokens if t]
         results[name] = {"decisions": len(tokens), "first": tokens[0], "last": tokens[-1], "max": max(tokens),
-                         "mean": statistics.fmean(tokens), "model_decisions": sum(1 for t in tokens if t),
-                         "growth": max(tokens) / tokens[0], "per_decision": tokens}
+                         "mean": statistics.fmean(tokens), "model_decisions": len(prompted),
+                         "growth": max(prompted) / prompted[0] if prompted else None, "per_decision": tokens}
     return {"tokenizer": tokenizer, "turns": turns, "policies": results}
 
 

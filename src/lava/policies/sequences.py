@@ -58,7 +58,9 @@ def read_rules(rules: Sequence[str], values: Sequence[str]
                 prefix, edges, parity = None, [], []
             continue
         if not _ORDER_WORDS.search(rule):
-            continue  # not about order ("Launching a cycle means ...")
+            if named:
+                return None  # about a value, in other words ("Never press sw0"): the model weighs it
+            continue  # about something else ("Launching a cycle means ...")
         if (match := _PARITY.search(rule)) is not None and not named:
             first, second = match["first"].lower(), match["second"].lower()
             if first == second:
