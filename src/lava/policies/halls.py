@@ -558,10 +558,34 @@ class Planner:
                 return 5, "move", sources[0]
         return None
 
+    def wanted_but_blocked(self) -> set[str]:
+        """Halls a loaded robot would unload in, where another robot stands."""
+        out = set()
+        for robot in self.robots:
+            for h in self.occupied(robot) - {self.at.get(robot)}:
+                if any(self.wanted_at(o, h) or self.goal.assign.get(self.cls(o)) == h or self.sent_to(o) == h
+                       for o in self.tray.get(robot, [])):
+                    out.add(h)
+        return out
+
+    def make_way(self, robot: str) -> tuple[int, str, str | None] | None:
+        """A robot with nothing better to do, standing where another must unload: it moves aside
+        (one robot per hall), to a hall nobody stands in or is coming to, a known one first (no look
+        needed there)."""
+        here = self.at.get(robot)
+        if here not in self.wanted_but_blocked():
+            return None
+        taken = {h for h in self.at.values() if h} | self.wanted_but_blocked()
+        free = [h for h in self.halls if h not in taken]
+        free.sort(key=lambda h: (h not in self.known, self.halls.index(h)))
+        return (3, "move", free[0]) if free else None
+
     def best(self) -> tuple[str, str, str | None] | None:
         ranked = []
         for index, robot in enumerate(self.robots):
             option = self.options(robot)
+            if option is None or option[0] > 3:
+                option = self.make_way(robot) or option
             if option is not None:
                 ranked.append((option[0], -len(self.tray.get(robot, [])), index, robot, option[1], option[2]))
         if not ranked:
