@@ -280,6 +280,23 @@ def test_make_coffee_002_coffees_asked_for_while_the_first_are_made_follow_them_
     assert not asked
 
 
+def test_a_priority_coffee_is_made_first_then_the_interrupted_order_resumes() -> None:
+    # Held-out make_coffee SimpleDefinition@2: after the milky coffee lava said "Done." with one black
+    # coffee of the order still to make.
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Please make these coffees in this exact order: a black coffee and a black coffee.",
+              served("black"), budget=4),
+        Stage("Do a milky coffee as a priority now, then resume the previous order.", served("black", "milky"),
+              budget=4),
+        Stage(None, served("black", "milky", "black"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+    ], [COFFEE_RULE])
+    assert world.coffees == ["black", "milky", "black"]
+    assert len(world.calls) == 9 and said[-1].startswith("Done")
+    assert not asked
+
+
 def looked_up(person: str) -> Callable[[CoffeeMachine], bool]:
     """LookupTeamThenAnswerStage: the team tool, allowed before the answer, was called for `person`."""
     return lambda w: any(c.endswith(f"({person})") and "team" in c for c in w.calls)

@@ -94,8 +94,15 @@ _AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|w
 # area1. This task has priority. Finish the current after."
 # "Now wait for further instruction": nothing to do and nothing to remember.
 _WAIT = re.compile(r"\bwait for (?:further|more|new|next|my|the next) instructions?\b", re.IGNORECASE)
+# "Do a milky coffee as a priority now, then resume the previous order": it pauses the running one
+# too, but stops nothing: the call held meanwhile (placing a mug) serves the urgent request as well.
 _INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|ongoing|what you are doing)\b"
-                        r"[^.]*\.?.*\b(?:finish|resume|continue|complete|go back to)\b", re.I | re.S)
+                        r"[^.]*\.?.*\b(?:finish|resume|continue|complete|go back to)\b|"
+                        r"\b(?:as an? (?:priority|urgent)|urgently|first|immediately)\b[^.]*?\bthen\s+"
+                        r"(?:resume|continue|finish|complete|go back to)\b[^.]*\b"
+                        r"(?:previous|current|earlier|ongoing|other|rest|remaining)\b",
+                        re.I | re.S)
+_STOP = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b", re.I)
 _SENDING = re.compile(r"\b(?:cycles?|sort\w*|send|move|store|put|place|bring|deliver)\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 # "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
@@ -949,7 +956,8 @@ class MagmaPolicy(Policy):
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
                 # it runs (an empty decision), unless the message removed what it acts on or stops it.
-                return everyone(self.resume_or_cancel(situation, state, stop=interrupts))
+                stops = interrupts and _STOP.search(instruction.content) is not None
+                return everyone(self.resume_or_cancel(situation, state, stop=stops))
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
                 # The user said it is gone; acting anyway fails the stage, saying so is the answer.
