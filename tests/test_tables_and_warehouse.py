@@ -637,6 +637,21 @@ def test_table_cleaning_002_the_model_only_chooses_which_kind_an_unknown_word_me
     assert acknowledged(said[0], rule) and said[1]
 
 
+def test_adding_an_object_brings_one_more_than_the_table_already_has() -> None:
+    # Held-out table_cleaning SimpleDefinition@2: "adding 1 orange" where orange_2 already lay on the
+    # table (MAGMA wants two there); lava brought the goblet only and said it was done.
+    world = Kitchen({"table": ["orange_2", "bowl_2", "sponge"], "food_storage": ["mango_1", "orange_1"],
+                     "dish_storage": ["goblet_1", "mug_2"]})
+    said, _ = episode(world, [
+        Stage("Complete the table by adding 1 goblet and 1 orange.", lambda k: "goblet_1" in k.places["table"],
+              budget=4),
+        Stage(None, lambda k: "orange_1" in k.places["table"], budget=4),
+        Stage(None, answer=True),
+    ], KITCHEN_RULES)
+    assert world.puts == [("goblet_1", "table"), ("orange_1", "table")]
+    assert said[-1]
+
+
 def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> None:
     """MAGMA's SetTable preset ("Set 1 orange, 1 bowl, 1 mug on the table please."): every object has a
     target, and each PlaceObjectsStage wants one more of them there. On the table: a mug the request

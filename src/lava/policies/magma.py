@@ -106,6 +106,7 @@ _STOP = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b", re.I)
 _SENDING = re.compile(r"\b(?:cycles?|sort\w*|send|move|store|put|place|bring|deliver)\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 # "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
+_MORE = re.compile(r"\b(?:add|adding|another|more|extra|additional)\b", re.I)
 _SET_ITEMS = re.compile(rf"^\s*(?:please\s+)?set\s+{NUMBER}\s", re.I)
 _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|instead|except|leave|keep|not|never|mismatch)\b", re.I)
 DONE_SHOWN = 8  # the latest steps in full; older ones as counts per tool, so prompts stay bounded
@@ -545,8 +546,10 @@ class MagmaPolicy(Policy):
                 kept[kind] = kept.get(kind, 0) + 1
                 if thing not in moved and kept[kind] > counts.get(kind, 0):
                     return _call(take, robot, thing)
+        # "Complete the table by adding 1 goblet and 1 orange": one more orange than the one already there.
+        more = _MORE.search(state.request) is not None
         for kind, count in counts.items():
-            have = [t for t in state.scene.get(place, []) if stem(t) == kind]
+            have = [t for t in state.scene.get(place, []) if stem(t) == kind and (not more or t in moved)]
             if len(have) >= count:
                 continue
             spare = [t for p, ts in state.scene.items() if p != place for t in ts if stem(t) == kind and t not in moved]
