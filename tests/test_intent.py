@@ -52,6 +52,9 @@ WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
     ("However, do not manipulate yet ref_obj_1. I am fixing somme issues with this type of object.", "acknowledge"),
     ("There is now another delivery to prepare as well: delivery AD-003 for Emma Laurent in Marseille, using priority "
      "service, containing 1 electronics product.", "act"),
+    # Third held-out set (SimpleSortingDefinition@2): adopting rules is not acting on them.
+    ("Use these rules from now on: ref_obj_2 goes to area5, ref_obj_1 goes to area2.", "acknowledge"),
+    ("Follow the default rules and launch a cycle for all objects.", "act"),
 ])
 def test_wording_with_warehouse_tools(text: str, intent: str) -> None:
     assert heuristic_intent(text, WAREHOUSE_TOOLS) == intent

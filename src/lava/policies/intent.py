@@ -56,6 +56,24 @@ _STATED = frozenset(("is", "are", "was", "were", "has", "have", "prefers", "like
                      "goes", "belongs", "uses", "drinks"))
 
 
+# "Use these rules from now on: ref_obj_2 goes to area5": adopting rules is not acting on them.
+_ADOPT = frozenset(("use", "apply", "follow", "adopt", "keep", "consider"))
+_RULES_NOUN = re.compile(r"\b(?:rules?|assignments?|defaults?|constraints?|conventions?)\b", re.IGNORECASE)
+
+
+def _adopts_rules(verb: str, opening: str, text: str) -> bool:
+    """"Use these rules from now on: ...", but not "Follow the default rules and launch a cycle"."""
+    if verb not in _ADOPT or not (_STRONG_INFORM.search(opening) or _RULES_NOUN.search(opening)):
+        return False
+    return not _acts_after(text)
+
+
+def _acts_after(text: str) -> bool:
+    """Whether a part after an "and" or a "then" starts with an acting verb."""
+    then = [_clause_verb(part) for part in re.split(r"\b(?:and|then)\b", text)[1:]]
+    return any(v in _ACT_VERBS and v not in _ADOPT for v in then)
+
+
 def _clause_verb(clause: str) -> str | None:
     words = clause.strip().lower()
     changed = True
@@ -89,8 +107,11 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     verbs = [_clause_verb(c) for c in clauses]
     acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]
     opening = clauses[0] if clauses else ""
-    if verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember") and not _STRONG_INFORM.match(opening):
+    if (verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember") and not _STRONG_INFORM.match(opening)
+            and not _adopts_rules(verbs[0], opening, text)):
         return "act"
+    if verbs and verbs[0] in _ADOPT and _acts_after(text):
+        return "act"  # "Follow the default rules and launch a cycle for all objects"
     if _STRONG_INFORM.search(text) or _PROHIBITION.match(text):
         return "acknowledge"
     acting += [v for v in (m.group(1).lower() for m in _EMBEDDED_LEAD.finditer(text))
