@@ -543,7 +543,7 @@ def answered_areas(reply: str, asked_about: Sequence[str], rules: Sequence[str],
     """The areas a reply gives the objects lava asked about, by name ("For this cycle, ref_obj_3
     goes to area5") or by a category the rules put them in ("category Product A goes to area3")."""
     out = {o: a for o, a in read_assignment(reply, asked_about, areas).items() if a}
-    member, _ = read_categories(rules, objects, areas)[:2]
+    member, _, _ = read_categories(rules, objects, areas)
     _, reply_routes, _ = read_categories([reply], objects, areas)
     for thing in asked_about:
         if thing not in out and (cat := member.get(thing)) is not None and cat in reply_routes:

@@ -572,10 +572,10 @@ class Planner:
         """A robot with nothing better to do, standing where another must unload: it moves aside
         (one robot per hall), to a hall nobody stands in or is coming to, a known one first (no look
         needed there)."""
-        here = self.at.get(robot)
-        if here not in self.wanted_but_blocked():
+        blocked = self.wanted_but_blocked()
+        if self.at.get(robot) not in blocked:
             return None
-        taken = {h for h in self.at.values() if h} | self.wanted_but_blocked()
+        taken = {h for h in self.at.values() if h} | blocked
         free = [h for h in self.halls if h not in taken]
         free.sort(key=lambda h: (h not in self.known, self.halls.index(h)))
         return (3, "move", free[0]) if free else None
