@@ -494,16 +494,25 @@ def paused(rules: Sequence[str], request: str, objects: Sequence[str]) -> list[s
     return list(out)
 
 
+def _rule_areas(rules: Sequence[str], objects: Sequence[str], areas: Sequence[str], *, withdrawals: bool
+                ) -> tuple[dict[str, str | None], dict[str, frozenset[str]], dict[frozenset[str], str]]:
+    """Object -> area as the rules assign them (later rules winning), then by category for the rest;
+    with the categories and their routes. With `withdrawals`, an object a rule withdraws from cycles
+    maps to None; without, the withdrawal is skipped and the object keeps its earlier area."""
+    assigned: dict[str, str | None] = {}
+    for rule in rules:
+        assigned.update({o: a for o, a in read_assignment(rule, objects, areas).items() if withdrawals or a})
+    member, routes, others = read_categories(rules, objects, areas)
+    for thing, cat in member.items():
+        if thing not in assigned and (area := routes.get(cat, others)) is not None:
+            assigned[thing] = area
+    return assigned, member, routes
+
+
 def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> Cycle | None:
     """The objects a request sends to areas and where, without a scene (tools that take an object by
     name and put it in an area, and no way to look); None when it names no objects to send."""
-    default: dict[str, str | None] = {}
-    for rule in rules:
-        default.update(read_assignment(rule, objects, areas))
-    member, routes, others = read_categories(rules, objects, areas)
-    for thing, cat in member.items():
-        if thing not in default and (area := routes.get(cat, others)) is not None:
-            default[thing] = area
+    default, member, routes = _rule_areas(rules, objects, areas, withdrawals=True)
     asked = read_assignment(request, objects, areas)
     # "For this cycle, consider that category Product A goes to area3": for this request only.
     _, request_routes, _ = read_categories([request], objects, areas)
@@ -568,14 +577,8 @@ _WHICH_OBJECTS = re.compile(r"\b(?:which|what)\s+(?:objects?|items?|products?|on
 def standing_areas(rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> dict[str, str]:
     """Object -> area as the rules assign them, later rules winning, categories included; an object
     a rule withdraws from cycles keeps its assignment."""
-    out: dict[str, str] = {}
-    for rule in rules:
-        out.update({o: a for o, a in read_assignment(rule, objects, areas).items() if a})
-    member, category_areas, others = read_categories(rules, objects, areas)
-    for thing, cat in member.items():
-        if thing not in out and (area := category_areas.get(cat, others)) is not None:
-            out[thing] = area
-    return out
+    standing, _, _ = _rule_areas(rules, objects, areas, withdrawals=False)
+    return {thing: area for thing, area in standing.items() if area}
 
 
 def cycle_answer(question: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str]) -> str | None:
