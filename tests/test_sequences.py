@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from episodes import CANCEL, Stage, episode, tool
 from lava.backends.base import GenerationRequest
 from lava.policies.sequences import ordered, read_rules
 from test_magma_policy import engine, pressed, step
@@ -80,3 +81,40 @@ def test_forgetting_the_prefix_keeps_the_other_rules_in_the_task_state() -> None
     assert ordered("Please press sw0 and sw2", ["sw0", "sw2"], state.rules, BUTTONS) == ["sw2", "sw0"]
     state.remember_rule("Forget all the permanent button-order rules I gave you before.")
     assert state.rules == []
+
+
+class Buttons:
+    """press_button's panel as MAGMA's tools answer (toggle_button, the compiled episodes' names)."""
+
+    def __init__(self) -> None:
+        self.tools = [CANCEL, tool("toggle_button", "Toggle a button.", obj_name="Name of the object to interact "
+                                   "with. It will automatically move the gripper to the object and press it.")]
+        self.attributes = {"objects": BUTTONS, "known_robots": ["panda"]}
+        self.calls: list[str] = []
+        self.pressed: list[str] = []
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(arguments.values())})")
+        self.pressed.append(arguments["obj_name"])
+        return True, f"You have the {arguments['obj_name']} button pressed."
+
+
+def presses(*buttons: str):
+    return lambda world: world.pressed[-len(buttons):] == list(buttons) if world.pressed else False
+
+
+def test_a_button_asked_for_now_before_resuming_goes_before_the_held_press() -> None:
+    # Held-out press_button Definition@6: "Okay, press sw4 now before resuming your current sequence."
+    # arrived while lava's press of sw1 was held; an empty decision let sw1 run, and the stage (press
+    # sw4, one call) failed. The held press is cancelled, sw4 pressed, then the sequence goes on.
+    world = Buttons()
+    said, asked = episode(world, [
+        Stage(EVEN),
+        Stage("Please press sw1 and sw2.", presses("sw2"), budget=1),
+        Stage("Okay, press sw4 now before resuming your current sequence.", presses("sw4"), budget=2),
+        Stage(None, presses("sw4", "sw1"), budget=2),
+        Stage(None),  # CompletionAnswerStage
+    ], [])
+    assert world.pressed == ["sw2", "sw4", "sw1"]
+    assert said[-1].startswith("Done")
+    assert not asked

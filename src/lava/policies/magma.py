@@ -100,6 +100,9 @@ _INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|
                         r"[^.]*\.?.*\b(?:finish|resume|continue|complete|go back to)\b|"
                         r"\b(?:as an? (?:priority|urgent)|urgently|first|immediately)\b[^.]*?\bthen\s+"
                         r"(?:resume|continue|finish|complete|go back to)\b[^.]*\b"
+                        r"(?:previous|current|earlier|ongoing|other|rest|remaining)\b|"
+                        # "Okay, press sw4 now before resuming your current sequence."
+                        r"\bbefore\s+(?:resum|continu|finish|complet|going back to|returning to)\w*\b[^.]*\b"
                         r"(?:previous|current|earlier|ongoing|other|rest|remaining)\b",
                         re.I | re.S)
 _STOP = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b", re.I)
@@ -384,10 +387,10 @@ class MagmaPolicy(Policy):
     def next_planned(self, situation: Situation, state: TaskState) -> AgentDecision | None:
         """The plan's next call, or None when the plan is done."""
         assert state.plan is not None
-        index = len(state.done_calls)
+        tool = self.acting_tool(situation)
+        index = sum(1 for call in state.done_calls if call["name"] == tool.name)  # not a cancelling, say
         if index >= len(state.plan):
             return None
-        tool = self.acting_tool(situation)
         robots = situation.toolbox.robots or ("robot",)
         free = [r for r in robots if r not in situation.toolbox.busy] or list(robots)
         call = ToolCall(name=tool.name, arguments={tool.params[0].name: state.plan[index]}, target_robot_name=free[0])
@@ -965,7 +968,8 @@ class MagmaPolicy(Policy):
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
                 # it runs (an empty decision), unless the message removed what it acts on or stops it.
-                stops = interrupts and _STOP.search(instruction.content) is not None
+                stops = interrupts and (_STOP.search(instruction.content) is not None
+                                        or self.held_apart(situation, instruction.content))
                 return everyone(self.resume_or_cancel(situation, state, stop=stops))
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
@@ -1008,7 +1012,8 @@ class MagmaPolicy(Policy):
 
         instruction = situation.instruction
         if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
-            if instruction.type == "user":
+            if instruction.type == "user" or state.plan is None:
+                # Also after a turn that left the request unplanned: the cancelling of a held call.
                 wanted = self.requested(situation, state, vocabulary(situation.attributes))
                 if wanted:
                     state.plan, plan_steps = await self.plan(situation, state, wanted)
@@ -1065,6 +1070,16 @@ class MagmaPolicy(Policy):
             if robot in situation.toolbox.busy and values & removed:
                 return AgentDecision(tool_calls=[ToolCall(name=CANCEL_TOOL, arguments={}, target_robot_name=robot)])
         return AgentDecision()
+
+    @staticmethod
+    def held_apart(situation: Situation, request: str) -> bool:
+        """Whether the calls held while an urgent request arrives act on things it does not name
+        (pressing sw1 when "press sw4 now before resuming" comes): they are no part of it and would
+        run first. A held call without values (placing the mug) may well serve it, and runs on."""
+        said = {w.lower() for w in re.findall(r"[\w-]+", request)}
+        held = [{v.lower() for v in re.findall(r"=\s*([\w-]+)", status)}
+                for robot, status in robot_statuses(situation.attributes).items() if robot in situation.toolbox.busy]
+        return bool(held) and all(values and not values & said for values in held)
 
     @staticmethod
     def steps_named_not_done(situation: Situation, state: TaskState) -> list[str]:
