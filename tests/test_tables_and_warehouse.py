@@ -646,6 +646,31 @@ def test_without_an_inspection_rule_the_goblet_goes_straight_to_its_sibling() ->
     assert world.calls == ["detect()", "take(goblet_2)", "put(dish_storage)"]
 
 
+def test_clean_the_table_clears_it_as_the_rules_define_cleaning() -> None:
+    # Held-out table_cleaning SimpleDefinition@5: "Clean the table." (MAGMA's CleanTable request; the
+    # rules say "Cleaning the table means removing all food and dishware from it") went to the model,
+    # which took the mango out of food_storage while the bowl stayed on the table (ClearTableStage:
+    # at most 2, 1, then 0 of the served objects left there, 5 calls each).
+    def model(req: GenerationRequest) -> list[str]:
+        assert req.component == "classes", req.component
+        kind = req.messages[-1].content
+        return [f'{{"class": "{"dishware" if "bowl" in kind else "food"}"}}'] * req.n
+
+    world = Kitchen({"table": ["orange_2", "orange_1", "bowl_1", "sponge"], "food_storage": ["mango_2"],
+                     "dish_storage": ["mug_2", "mug_1"]}, dirty=("orange_2", "orange_1", "bowl_1"))
+
+    def left(count: int) -> Callable[[Kitchen], bool]:  # what is held has not left yet
+        return lambda k: len([t for t in [*k.places["table"], k.held] if t not in (None, "sponge")]) <= count
+
+    said, _ = episode(world, [
+        Stage("Clean the table.", left(2), budget=5),
+        Stage(None, left(1), budget=5),
+        Stage(None, left(0), budget=5, answer=True),
+    ], KITCHEN_RULES, model)
+    assert world.puts == [("orange_2", "trashcan"), ("orange_1", "trashcan"), ("bowl_1", "washing_machine")]
+    assert world.places["table"] == ["sponge"] and said[-1]
+
+
 def test_table_cleaning_000_answers_once_the_table_is_cleared_then_wipes_it() -> None:
     world = Kitchen(TC000)
     said, _ = episode(world, [

@@ -42,8 +42,11 @@ _CONTRARY = re.compile(r"\b(opposite|other|swap|cross|mismatch\w*|wrong)\b", re.
 _FIRST = re.compile(rf"\b(?:sort|move|handle|place|put|do)\s+(?:all\s+)?(?:the\s+)?(?P<what>{_PHRASE})\s+first\b",
                     re.IGNORECASE)
 _FORGET = re.compile(r"\b(forget|ignore|drop|no longer|stop)\b", re.IGNORECASE)
-_CLEAR = re.compile(rf"\b(?:remove|clear|take|empty)\s+(?:(?:all|every|each)\s+(?:of\s+)?(?:the\s+)?(?:[a-z]+\s+)?"
-                    rf"(?:from|off)\s+)?(?:the\s+)?(?P<place>{_PHRASE}){_END}", re.IGNORECASE)
+# "Remove all objects from the table", "Clear the table", and MAGMA's CleanTable request "Clean the table."
+# (the rules say what cleaning it means: "removing all food and dishware from it").
+_CLEAR = re.compile(rf"\b(?:remove|clear|take|empty|clean(?:\s+up)?)\s+"
+                    rf"(?:(?:all|every|each)\s+(?:of\s+)?(?:the\s+)?(?:[a-z]+\s+)?(?:from|off)\s+)?"
+                    rf"(?:the\s+)?(?P<place>{_PHRASE}){_END}", re.IGNORECASE)
 _GONE = re.compile(r"\b(?:there (?:is|are) no|no more|out of|ran out of|run out of)\s+(?P<what>[a-z][\w\s-]*?)"
                    r"\s*(?:\bleft\b|\banymore\b|\bany more\b|\bavailable\b|\bin stock\b|[.,;!]|$)", re.IGNORECASE)
 
@@ -186,7 +189,8 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
 def cleared(request: str) -> str | None:
     """The place a request asks to empty ("Remove all objects from the table" -> "table")."""
     match = _CLEAR.search(request)
-    if match is None or not re.search(r"\b(?:from|off)\b|\bclear\b|\bempty\b", match.group(0), re.IGNORECASE):
+    if match is None or not re.search(r"\b(?:from|off)\b|\bclear\b|\bempty\b|^clean\b", match.group(0),
+                                      re.IGNORECASE):
         return None
     return match["place"]
 

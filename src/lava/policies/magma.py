@@ -50,6 +50,7 @@ from .goals import (
     cycle_goal,
     listed,
     next_step,
+    place_named,
     read_cycle,
     read_goal,
     recipe,
@@ -620,7 +621,10 @@ class MagmaPolicy(Policy):
         rules = [*situation.memory.memory_list, *state.rules]
         places = {*state.scene, *location_values(situation.attributes)}
         classes = list(dict.fromkeys(cls for (_, cls), place in routes(rules).items() if place in places))
-        if len(classes) < 2 or sibling_home(state.held, state.scene) is not None:
+        # A sibling on the table being cleared (the other dirty orange) shows no place to put it.
+        phrase = cleared(state.request) if state.request else None
+        clearing = place_named(phrase, state.scene) if phrase else None
+        if len(classes) < 2 or sibling_home(state.held, state.scene, exclude=(clearing,) if clearing else ()):
             return None
         kind = stem(state.held)
         dialogue = [Message("system", f"Name the class of each object: {' or '.join(classes)}.")]
