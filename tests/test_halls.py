@@ -289,3 +289,56 @@ def test_goals_are_read_from_the_request_forms() -> None:
     assert class_of("backpack_2", CLASSES) == "backpack"
     # Counts in words up to ten, as the other goal readers take them.
     assert _counted("seven books, ten pens and 2 packages", CLASSES) == {"book": 7, "pen": 10, "package": 2}
+
+
+def test_one_object_taken_from_a_hall_then_redirected_while_its_move_is_held() -> None:
+    # Held-out hall_sorting MainDefinition@5 (MAGMA's RedirectObjectInterruptionRequest): "Take one pen
+    # from Hall1 and deliver it to Hall2." (PickObjectStage: a pen on a tray, 6 calls), then, while
+    # lava's next call is held, "Change of plan: deliver that pen to Hall3 instead." (a pen in Hall3,
+    # 6 calls, then words). The model guessed object names ("pen") until the budget ran out.
+    world = HallWorld({"Hall1": ["pen_1", "package_1", "book_2"], "Hall2": ["book_1"], "Hall3": [], "Hall4": []},
+                      at={"robot1": "Hall4", "robot2": "Hall2"})
+    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall1", "Hall2"],
+                  "storage_halls": ["Hall3", "Hall4"], "object_classes": CLASSES}
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": ["Only one robot can occupy a hall at a time."], "history": []}
+
+    def decide(instruction: dict, statuses: dict[str, str]) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=TOOLS,
+                           attributes={**attributes, "robot_statuses": statuses})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory = out["memory"]
+        return out["output"]
+
+    def feedback(call: dict) -> dict:
+        robot = call["target_robot_name"]
+        ok, message = world.run(robot, call["name"], call["arguments"])
+        return {"type": "env", "content": json.dumps({
+            "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
+            "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+    free = {"robot1": "FREE", "robot2": "FREE"}
+    instruction = {"type": "user", "content": "Take one pen from Hall1 and deliver it to Hall2."}
+    for _ in range(6):  # PickObjectStage
+        (call,) = decide(instruction, free)["tool_calls"]
+        instruction = feedback(call)
+        if any(o.startswith("pen_") for tray in world.tray.values() for o in tray):
+            break
+    assert world.tray["robot1"] == ["pen_1"] or world.tray["robot2"] == ["pen_1"], world.calls
+    picked = len(world.calls)
+    (held,) = decide(instruction, free)["tool_calls"]  # made while the user speaks: MAGMA holds it
+    statuses = {**free, held["target_robot_name"]: f"RUNNING {held['name']}(hall={held['arguments']['hall']})"}
+    decision = decide({"type": "user", "content": "Change of plan: deliver that pen to Hall3 instead."}, statuses)
+    instruction = feedback(decision["tool_calls"][0] if decision["tool_calls"] else held)
+    for _ in range(5):  # RedirectPickedObjectStage: 6 calls, the held one counted
+        if "pen_1" in world.halls["Hall3"]:
+            break
+        (call,) = decide(instruction, free)["tool_calls"]
+        instruction = feedback(call)
+    assert world.halls["Hall3"] == ["pen_1"], world.calls
+    assert len(world.calls) - picked <= 6, world.calls
+    final = decide(instruction, free)
+    assert final["say"].startswith("Done.") and not final["tool_calls"], world.calls

@@ -11,7 +11,9 @@ Goals read from the request and rules:
 - quotas: "Each hall must contain one book, one pen, ..." (exact: surplus is moved away);
 - deliveries: "deliver 1 book to Hall4", "deliver 2 pens and 1 book to Hall2" (at least);
 - assignments: "Place all book objects in Hall1", "book and pen objects belong in Hall4" (rules
-  apply when the request speaks of assigned halls).
+  apply when the request speaks of assigned halls);
+- transfers: "Take one pen from Hall1 and deliver it to Hall2" (that many of the class, from that
+  hall), redirected by "Change of plan: deliver that pen to Hall3 instead." (an amendment: the map stays).
 Anything else is None, and the turn goes to the rest of the policy.
 
 Plan, one call per turn, for whichever robot has the most useful next step: detect in a hall not
@@ -152,9 +154,11 @@ class Goal:
     atleast: dict[tuple[str, str], int] = field(default_factory=dict)  # (hall, class) -> at least this many
     assign: dict[str, str] = field(default_factory=dict)  # class -> the hall all of them belong in
     sources: dict[str, str] = field(default_factory=dict)  # hall -> the hall everything found in it goes to
+    # (source hall, class, count, target hall): that many of the class taken from the source, brought there.
+    transfers: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.exact or self.atleast or self.assign or self.sources)
+        return bool(self.exact or self.atleast or self.assign or self.sources or self.transfers)
 
 
 _EACH = re.compile(r"\beach\s+(\w+)\s+(?:must|should|has to|needs to)\s+(?:contain|have|hold|get)\s+([^.]+)",
@@ -174,6 +178,12 @@ _ALL_FROM = re.compile(r"\b(?:send|move|bring|carry|deliver|take|transfer)\s+all
                        r"(?:from\s+(?:the\s+)?(?P<source>[\w-]+)\s+)?(?:to|into)\s+(?:the\s+)?(?P<target>[\w-]+)", re.I)
 _ARRIVED = re.compile(r"\b(?:delivery|shipment|order|objects?|products?)\b[^.]*?\b(?:in|at)\s+(?:the\s+)?"
                       r"(?P<hall>[\w-]+)", re.I)
+# "Take one pen from Hall1 and deliver it to Hall2.", then "Change of plan: deliver that pen to Hall3 instead."
+_TAKE_FROM = re.compile(rf"\b(?:take|pick|get|grab|fetch|collect)\s+{_NUM}\s+(?P<what>[\w-]+)\s+(?:objects?\s+)?"
+                        r"from\s+(?:the\s+)?(?P<source>[\w-]+)\s+and\s+(?:deliver|bring|send|move|carry|take|put)\s+"
+                        r"(?:it|them)\s+(?:to|into|in)\s+(?:the\s+)?(?P<target>[\w-]+)", re.I)
+_REDIRECT = re.compile(r"\b(?:deliver|bring|send|move|carry|take|put)\s+(?:that|this|the|it|them|those)\b[^.]*?\s+"
+                       r"(?:to|into|in)\s+(?:the\s+)?(?P<target>[\w-]+)\s+instead\b", re.I)
 _UNSURE = re.compile(r"\b(instead|change of plan|except|do not|don't|never|leave|first|priority)\b", re.I)
 
 
@@ -206,6 +216,18 @@ def read_goal(request: str, rules: Sequence[str], halls: Sequence[str], classes:
             source = named or (before[-1] if m["pronoun"] and before else None)
             if target and source and source != target and not _classes_in(sentence, classes):
                 goal.sources[source] = target
+    for m in _TAKE_FROM.finditer(request):
+        source, target = _hall_in(m["source"], halls), _hall_in(m["target"], halls)
+        named = _classes_in(m["what"], classes)
+        if source and target and len(named) == 1:
+            goal.transfers.append((source, named[0], number(m.group(1)), target))
+    redirected = request
+    if goal.transfers:
+        for m in _REDIRECT.finditer(request):
+            if (target := _hall_in(m["target"], halls)) is not None:
+                goal.transfers[-1] = (*goal.transfers[-1][:3], target)
+                # Understood: the change of plan is no twist left to the model.
+                redirected = re.sub(r"\bchange of plan\b|\binstead\b", "", redirected, flags=re.I)
     if not goal and _ASSIGNED.search(request):
         # "Sort all book objects into their assigned hall": the halls come from the rules.
         # "Sort 1 backpack object into its assigned hall": that many, not every backpack there is.
@@ -222,7 +244,7 @@ def read_goal(request: str, rules: Sequence[str], halls: Sequence[str], classes:
                         goal.assign[c] = hall
     if not goal:
         return None
-    if _UNSURE.search(re.sub(r"\b(?:temporary exception|as an exception)\b", "", request, flags=re.I)):
+    if _UNSURE.search(re.sub(r"\b(?:temporary exception|as an exception)\b", "", redirected, flags=re.I)):
         return None  # a twist lava does not model: the model decides
     return goal
 
@@ -265,6 +287,10 @@ class HallsSkill:
             return
         for key, value in _empty_notes().items():
             notes.setdefault(key, value)  # notes from an older version may lack a key
+        if (situation.instruction.type == "user" and state.intent == "act" and notes["request"]
+                and state.request.startswith(notes["request"]) and state.request != notes["request"]):
+            notes["request"] = state.request  # the running request amended ("Change of plan: ..."): same world
+            return
         if situation.instruction.type == "user" and state.intent == "act":
             # A new request (even in the same words): a delivery may have laid the objects out afresh;
             # robots stay where they are.
@@ -456,8 +482,27 @@ class Planner:
         carried = any(obj in items for items in self.tray.values())
         return targets.pop() if carried and len(targets) == 1 else None
 
+    def first_hall(self, obj: str) -> str | None:
+        return next((h for h, objs in self.notes["initial"]["halls"].items() if obj in objs), None)
+
+    def transfer(self, obj: str) -> tuple[str, str, int, str] | None:
+        """The transfer an object serves: one of its class from its source hall (one on a tray whose
+        first hall lava no longer knows is taken to be)."""
+        c, first = self.cls(obj), self.first_hall(obj)
+        carried = any(obj in items for items in self.tray.values())
+        return next((t for t in self.goal.transfers
+                     if t[1] == c and (first == t[0] or (first is None and carried))), None)
+
+    def transferred(self, transfer: tuple[str, str, int, str]) -> int:
+        """Objects of the transfer brought to its target, or on their way there on a tray."""
+        source, c, _, target = transfer
+        there = [o for o in self.known.get(target, []) if self.cls(o) == c and self.first_hall(o) == source]
+        return len(there) + sum(1 for items in self.tray.values() for o in items if self.transfer(o) == transfer)
+
     def wanted_at(self, obj: str, hall: str) -> bool:
         """Whether unloading obj in hall serves the goal (the hall must have been seen)."""
+        if (transfer := self.transfer(obj)) is not None and obj not in self.known.get(transfer[0], []):
+            return transfer[3] == hall
         if (target := self.sent_to(obj)) is not None:
             return target == hall
         c = self.cls(obj)
@@ -474,7 +519,13 @@ class Planner:
     def movable(self, hall: str) -> list[str]:
         """Objects in this hall the goal wants elsewhere."""
         out = []
+        for transfer in self.goal.transfers:
+            if transfer[0] == hall:
+                wanted = transfer[2] - self.transferred(transfer)
+                out += [o for o in self.known.get(hall, []) if self.cls(o) == transfer[1]][:max(wanted, 0)]
         for o in self.known.get(hall, []):
+            if o in out or any(t[0] == hall and t[1] == self.cls(o) for t in self.goal.transfers):
+                continue
             if (target := self.sent_to(o)) is not None:
                 if target != hall:
                     out.append(o)
@@ -504,7 +555,8 @@ class Planner:
 
     def unexplored(self) -> list[str]:
         halls = [h for h in self.halls if h not in self.known]
-        return sorted(halls, key=lambda h: (h not in self.goal.sources, h not in self.reception, self.halls.index(h)))
+        from_here = {*self.goal.sources, *(t[0] for t in self.goal.transfers)}
+        return sorted(halls, key=lambda h: (h not in from_here, h not in self.reception, self.halls.index(h)))
 
     def satisfied(self) -> bool:
         if any(self.tray.get(r) for r in self.robots) or any(r not in self.at for r in self.robots):
@@ -515,6 +567,8 @@ class Planner:
         for (h, c), n in self.goal.atleast.items():
             if self.count(h, c) < n:
                 return False
+        if any(self.transferred(t) < t[2] for t in self.goal.transfers):
+            return False
         if self.goal.sources and (any(h not in self.known for h in self.goal.sources)
                                   or any(self.movable(h) for h in self.known)):
             return False

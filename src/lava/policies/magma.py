@@ -89,8 +89,8 @@ from .task_state import (
 
 HISTORY_WINDOW = 12
 # A message that changes the running request rather than starting a new one.
-_AMEND = re.compile(r"\b(changed? my mind|instead of|after the current|(?:once|when) you have finished|as well|also|"
-                    r"this (?:tray|order|package|box))\b", re.I)
+_AMEND = re.compile(r"\b(changed? my mind|change of plan|instead of|after the current|(?:once|when) you have finished|"
+                    r"as well|also|this (?:tray|order|package|box))\b", re.I)
 # An urgent request that pauses the running one: "Stop the current sorting cycle and sort ref_obj_2 into
 # area1. This task has priority. Finish the current after."
 # "Now wait for further instruction": nothing to do and nothing to remember.
