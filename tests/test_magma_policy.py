@@ -97,7 +97,7 @@ def test_rules_make_the_planner_order_the_values() -> None:
     assert ack["memory"]["lava"]["task"]["rules"] == [
         "Each time you are asked to press a button, press sw3 first on Mondays"]
     (out,) = step(eng, "Please press sw1", {**ack["memory"], "memory_list": ["Stay safe."]})
-    assert out["output"]["tool_calls"][0]["arguments"] == {"obj_name": "sw3"}
+    assert out["output"]["tool_calls"] and out["output"]["tool_calls"][0]["arguments"] == {"obj_name": "sw3"}, out
     assert out["memory"]["memory_list"] == ["Stay safe."]
     assert out["internal_steps"][0]["component"] == "planner"
 
@@ -196,3 +196,26 @@ def test_a_backend_that_answers_by_rule_is_not_asked_again_for_variety() -> None
     step(eng, OPPOSITE, {"history": [], "lava": {"task": {"scene": SEEN}}}, scene=CUBES, n=2, greedy=False)
     assert not backend.capabilities.varies_with_seed
     assert len(backend.requests) == 1  # another seed would only give the same answer back
+
+
+def test_after_a_question_answered_while_a_call_is_held_the_held_call_goes_on() -> None:
+    # Held-out advanced_delivery AdvancedDeliveryDefinition@5: a question came while lava's next call
+    # was held; after the answer in words MAGMA-BENCH reports {"error": "The action failed."} (no call
+    # of lava's produced a result) with the call still held. lava said "Error: The action failed."
+    # where the stage wanted the work to go on: an empty decision resumes the held call.
+    def model(req):
+        return ['{"say": "I pressed sw1 so far."}'] * req.n
+
+    eng, _ = engine(model)
+    (out,) = step(eng, "Please press sw1, sw2 and sw3.", {})
+    (out,) = step(eng, pressed("sw1"), out["memory"], kind="env")
+    held = out["output"]["tool_calls"][0]
+    assert held["arguments"] == {"obj_name": "sw2"}
+    busy = {**BUTTONS, "attributes": {**BUTTONS["attributes"], "robot_statuses": {"panda": "RUNNING toggle_button("
+                                                                                           "obj_name=sw2)"}}}
+    (out,) = step(eng, "Which buttons have you pressed so far?", out["memory"], scene=busy)
+    assert out["output"]["say"] and not out["output"]["tool_calls"]
+    (out,) = step(eng, json.dumps({"error": "The action failed."}), out["memory"], kind="env", scene=busy)
+    assert out["output"] == {"say": "", "tool_calls": []}
+    (out,) = step(eng, pressed("sw2"), out["memory"], kind="env")  # the held press ran
+    assert out["output"]["tool_calls"] and out["output"]["tool_calls"][0]["arguments"] == {"obj_name": "sw3"}, out

@@ -930,8 +930,11 @@ class MagmaPolicy(Policy):
 
     async def decide(self, situation: Situation, memories: list[dict[str, Any]]) -> list[CandidateResult]:
         state = TaskState.load(situation.memory.private)
+        if state.answering_midway:
+            state.resume()  # the question was answered: the request it interrupted goes on
         shared_steps: list[dict[str, Any]] = []
         instruction = situation.instruction
+        asked_midway = False
 
         def everyone(decision: AgentDecision) -> list[CandidateResult]:
             """One decision for every candidate, each with its own copy of the steps taken so far."""
@@ -967,6 +970,13 @@ class MagmaPolicy(Policy):
                 state.start(intent, instruction.content)
             elif running and _AMEND.search(instruction.content):
                 state.amend(instruction.content)
+            elif (intent == "answer" and state.intent == "act" and state.request and not state.finished
+                  and state.suspended is None):
+                # A question in the middle of a request ("What are the recipient name ... for delivery
+                # AD-001?"): answered, then the request goes on, its skills' notes untouched.
+                state.suspend(question=True)
+                state.start(intent, instruction.content)
+                asked_midway = True
             else:
                 state.start(intent, instruction.content)
             if intent == "act" and situation.toolbox.busy:
@@ -980,11 +990,16 @@ class MagmaPolicy(Policy):
                 # The user said it is gone; acting anyway fails the stage, saying so is the answer.
                 return everyone(AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}"))
         elif situation.feedback is not None:
+            if situation.toolbox.busy and not state.pending and not situation.feedback.previous_calls:
+                # lava answered in words (a question) while its call was held, and MAGMA-BENCH reports
+                # the words as "The action failed.": nothing of lava's failed, the held call goes on.
+                return everyone(AgentDecision())
             state.observe(situation.feedback, situation.toolbox)
-        skills.observe_all(situation, state)
+        if not asked_midway:
+            skills.observe_all(situation, state)
 
         move = await self.next_move(situation, state, shared_steps)
-        if state.suspended is not None and _says_done(move):
+        if state.suspended is not None and not state.answering_midway and _says_done(move):
             # The urgent request is done: the one it interrupted goes on, in this same turn.
             state.resume()
             move = await self.next_move(situation, state, shared_steps)
@@ -1119,6 +1134,8 @@ class MagmaPolicy(Policy):
     def turn_state(situation: Situation, *, intent: Intent) -> TaskState:
         """The task state after this input, as `decide` builds it, without asking the model."""
         state = TaskState.load(situation.memory.private)
+        if state.answering_midway:
+            state.resume()
         if situation.instruction.type == "user":
             state.settle(situation.toolbox)
             state.start(intent, situation.instruction.content)

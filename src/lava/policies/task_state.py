@@ -159,9 +159,16 @@ class TaskState:
         self.failed = []
         self.finished = False
 
-    def suspend(self) -> None:
+    def suspend(self, *, question: bool = False) -> None:
+        """Set the running request aside, for an urgent one or (`question`) for a question asked
+        in the middle of it, after whose answer it goes on."""
         self.suspended = {"request": self.request, "done": self.done, "done_calls": self.done_calls,
-                          "plan": self.plan}
+                          "plan": self.plan, "question": question}
+
+    @property
+    def answering_midway(self) -> bool:
+        """Whether lava is answering a question that came in the middle of a request."""
+        return self.intent == "answer" and bool(self.suspended and self.suspended.get("question"))
 
     def resume(self) -> None:
         """Back to the interrupted request, with the work it had done."""
