@@ -302,3 +302,58 @@ def test_clean_first_and_renamed_tools() -> None:
     assert world.labels == [("AD-001", "Nadia Petit", "Toulouse", "priority_bay_0")]
     assert world.dropped["priority_bay_0"] == ["textile_1"]
     assert all(s <= 14 for s in stages), stages
+
+
+def test_a_question_mid_delivery_is_answered_from_the_request_and_the_work_goes_on() -> None:
+    # Held-out AdvancedDeliveryDefinition@5: "What are the recipient name, destination city, and requested
+    # products for delivery AD-001?" came while preparation_robot_a's take_package was held. The model
+    # named products the request never asked for; then, on MAGMA-BENCH's {"error": "The action failed."}
+    # (its report of the words), lava said "Error: The action failed." where the held call had to go on.
+    reception, broken = ["hygiene_0", "textile_1"], ["hygiene_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "snacks_1", "hygiene_1",
+               "textile_0"]
+    world = Depot(reception, storage, broken)
+    objectives = counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"), {"hygiene": 1})
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": MEMORY, "history": []}
+    free = dict.fromkeys(ROBOTS, "FREE")
+
+    def decide(instruction: dict, statuses: dict[str, str]) -> dict:
+        nonlocal memory
+        attrs = {"known_robots": ROBOTS, "product_types": TYPES, "move_targets": TARGETS, "robot_statuses": statuses}
+        entry = user_input(instruction["content"], memory=memory, tools=tools(), attributes=attrs)
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory = out["memory"]
+        return out["output"]
+
+    def run(calls: list[dict]) -> dict:
+        lines, previous = [], {}
+        for call in calls:
+            ok, message = world.run(call["target_robot_name"], call["name"], call["arguments"])
+            lines.append(f"{call['target_robot_name']}: {call['name']} {'succeed' if ok else 'failed'} with "
+                         f"message: {message}")
+            previous[call["target_robot_name"]] = {"name": call["name"], "arguments": call["arguments"]}
+        return {"type": "env", "content": json.dumps({"infos": "\n".join(lines), "previous_tool_call": previous})}
+
+    instruction = {"type": "user", "content": SIMPLE}
+    for _ in range(6):
+        instruction = run(decide(instruction, free)["tool_calls"])
+    (held, *others) = decide(instruction, free)["tool_calls"]  # made while the user speaks: MAGMA holds it
+    assert not others
+    busy = {**free, held["target_robot_name"]: f"RUNNING {held['name']}()"}
+    question = "What are the recipient name, destination city, and requested products for delivery AD-001?"
+    said = decide({"type": "user", "content": question}, busy)
+    assert said["say"] == ("Delivery AD-001: the recipient is Lucas Moreau, the destination city is Nantes, and the "
+                           "requested products are 1 hygiene product (priority service).")
+    assert decide({"type": "env", "content": json.dumps({"error": "The action failed."})}, busy) == \
+        {"say": "", "tool_calls": []}
+    instruction = run([held])
+    for _ in range(40):
+        decision = decide(instruction, free)
+        if not decision["tool_calls"]:
+            break
+        instruction = run(decision["tool_calls"])
+    assert objectives(world) == 3, world.calls
+    assert decision["say"].startswith("Done.")

@@ -73,6 +73,7 @@ from .names import (
     object_values,
     parameter_enums,
 )
+from .returns import delivery_answer
 from .scene import render_scene
 from .task_state import (
     Intent,
@@ -340,7 +341,12 @@ class MagmaPolicy(Policy):
 
     @staticmethod
     def known_answer(situation: Situation, state: TaskState) -> str | None:
-        """The answer the rules give, when objects go to areas by rule and nothing can be looked at."""
+        """What a request said of the delivery a question names; the answer the rules give, when
+        objects go to areas by rule and nothing can be looked at."""
+        asked_of = [str(state.suspended.get("request") or "")] if state.suspended else []
+        asked_of += [digest.split(" -> ", 1)[0] for digest in reversed(state.earlier)]
+        if (said := delivery_answer(state.request, asked_of)) is not None:
+            return said
         observe, take, put = roles(situation.toolbox)
         if observe is not None or take is None or put is None or state.scene is not None:
             return None

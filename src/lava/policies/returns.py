@@ -121,6 +121,34 @@ def read_deliveries(request: str, types: Sequence[str], services: Sequence[str])
     return found
 
 
+_ASKED_ABOUT = re.compile(r"\b(?:recipient|name|city|destination|products?|contain\w*|service)\b", re.I)
+_CONTENTS = re.compile(r"\b(?:containing|with)\s+(?P<products>\d[^,;]*?)\s*(?:,|;|$)", re.I)
+_SERVICE = re.compile(r"\busing\s+(?P<service>[\w-]+)\s+service\b", re.I)
+
+
+def delivery_answer(question: str, requests: Sequence[str]) -> str | None:
+    """What a request said of the delivery a question names ("What are the recipient name,
+    destination city, and requested products for delivery AD-001?"), in the request's words."""
+    asked = set(re.findall(r"\b[A-Z][A-Z0-9]*-\d+\b", question))
+    if not asked or not _ASKED_ABOUT.search(question):
+        return None
+    for text in requests:
+        for match in _DELIVERY.finditer(text):
+            if match["id"] not in asked:
+                continue
+            rest = match["rest"].strip(" ,")
+            products = _CONTENTS.search(rest)
+            service = _SERVICE.search(rest)
+            answer = (f"Delivery {match['id']}: the recipient is {match['name']}, the destination city is "
+                      f"{match['city'].strip()}")
+            if products:
+                answer += f", and the requested products are {products['products']}"
+            if service:
+                answer += f" ({service['service']} service)"
+            return answer + "."
+    return None
+
+
 def wants_returns(request: str) -> bool:
     return bool(re.search(r"\breturn|\breception|\bdamaged|\bbroken|\bdiscard", request, re.I))
 
@@ -458,4 +486,5 @@ class ReturnsSkill:
         return decision
 
 
-__all__ = ["Delivery", "ReturnTools", "ReturnsSkill", "next_calls", "read_deliveries", "return_tools"]
+__all__ = ["Delivery", "ReturnTools", "ReturnsSkill", "delivery_answer", "next_calls", "read_deliveries",
+           "return_tools"]
