@@ -345,3 +345,43 @@ def test_the_tray_validation_tool_is_the_finisher() -> None:
     toolbox = ToolBox.from_input(PACKAGING_TOOLS, PACKAGING_ATTRIBUTES)
     assert (found := finisher(toolbox)) is not None and found.name == "valid_plate"
     assert finisher(ToolBox.from_input(DELIVERY_TOOLS, DELIVERY_ATTRIBUTES)) is None
+
+
+def test_an_urgent_order_sets_the_begun_package_aside_and_the_interrupted_order_takes_it_back() -> None:
+    # Held-out delivery_box MultiOrderDelivery@5 (MAGMA's OrderWithHighPriority): package_1 held with a
+    # donut in it when "Urgent interruption: ... Stop the current order, complete this new order first,
+    # then resume the interrupted order." came. lava cancelled the held take, then tried to take another
+    # package while still holding package_1 until the budget ran out.
+    world = PackageWorld(["icetea_1", "brets_1", "coca_1", "donut_1", "coca_2", "icetea_2"])
+
+    def holding(*types: str) -> Callable[[PackageWorld], bool]:
+        return lambda w: w.package is not None and sorted(p.rsplit("_", 1)[0] for p in w.contents[w.package]) == \
+            sorted(types)
+
+    begun: list[str] = []
+
+    def first_package_back(w: PackageWorld) -> bool:
+        return w.package == begun[0] and holding("donut", "icetea")(w)
+
+    def note_first(w: PackageWorld) -> bool:
+        if holding("donut")(w):
+            begun[:] = [w.package]
+            return True
+        return False
+
+    rules = ["Packages must be taken from the package storage", "Products are located in the product storage",
+             "After completed the package, you must mark it and return it to the package storage"]
+    said = episode(world, [
+        Stage("Prepare order 001: 1 donut, 1 icetea.", holding(), budget=4),
+        Stage(None, note_first, budget=6),
+        Stage("Urgent interruption: a new order has arrived: order 002: 1 coca, 1 icetea. Stop the current order, "
+              "complete this new order first, then resume the interrupted order.", holding(), budget=8),
+        Stage(None, holding("coca"), budget=6),
+        Stage(None, holding("coca", "icetea"), budget=6),
+        Stage(None, completed(1), budget=6),
+        Stage(None, first_package_back, budget=8),
+        Stage(None, completed(2), budget=6, answer=True),
+    ], rules)
+    assert world.marked() == {"002": {"coca": 1, "icetea": 1}, "001": {"donut": 1, "icetea": 1}}
+    assert [package for package, _, _ in world.marks][1] == begun[0]
+    assert said

@@ -4,8 +4,10 @@ order 002: 1 donut, 1 brets; order 001: 1 coca, 1 donut, 1 icetea".
 The work is a fixed cycle per order, read from the tools' own words (MAGMA renames them):
 take an empty container at its station, take each product at its station and put it in the held
 container, go back, drop the container, mark it with the order. Progress is read from the calls
-that succeeded for the request, so an interruption that appends an order ("New recipe to prepare
-after the current orders: order 003: ...") only adds work.
+that succeeded in the episode, so an interruption that appends an order ("New recipe to prepare
+after the current orders: order 003: ...") only adds work, and an urgent order ("Stop the current
+order, complete this new order first, then resume the interrupted order") sets the box begun for
+the interrupted one aside, which that order takes back afterwards.
 """
 
 from __future__ import annotations
@@ -103,25 +105,31 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
     box_station = _station(move_values, tools.take_box) if tools.move else None
     product_station = _station(move_values, tools.take) if tools.move else None
 
-    # Replay what succeeded: where the robot is, which box it holds, what is in it, which orders are marked.
-    at, held_box, dropped, in_box, used, marked = None, None, None, Counter(), set(), set()
+    # Replay what succeeded in the episode: where the robot is, which box it holds, what each box
+    # holds, which orders are marked. Across requests: a box set aside for an urgent order still
+    # holds what was put in it, and the interrupted order takes it back.
+    at: str | None = None
+    held_box: str | None = None
+    contents: dict[str, Counter[str]] = {}
+    taken: set[str] = set()
+    marked: set[str] = set()
     for index, call in enumerate(done):
         args = call.get("arguments") or {}
         if tools.move and call["name"] == tools.move.name:
             at = args.get(tools.move.params[0].name)
         elif call["name"] == tools.take_box.name:
-            held_box, in_box = args.get(box_param), Counter()
-            used.add(held_box)
+            held_box = args.get(box_param)
+            taken.add(held_box)
         elif call["name"] == tools.put.name and held_box:
             last_take = next((c for c in reversed(done[:index]) if c["name"] == tools.take.name), None)
             if last_take:
-                in_box[next(iter(last_take["arguments"].values()))] += 1
+                contents.setdefault(held_box, Counter())[next(iter(last_take["arguments"].values()))] += 1
         elif call["name"] == tools.drop_box.name:
-            held_box, dropped = None, held_box
+            held_box = None
         elif call["name"] == tools.mark.name:
             marked.add(args.get(order_param))
-            dropped = None
-    used |= {(c.get("arguments") or {}).get(box_param) for c in failed if c["name"] == tools.take_box.name}
+            contents.pop(args.get(package_param), None)  # marking hands its products over: the box is empty
+    refused = {(c.get("arguments") or {}).get(box_param) for c in failed if c["name"] == tools.take_box.name}
 
     def go(station: str | None) -> tuple[str, dict[str, str]] | None:
         if tools.move and station and at != station:
@@ -132,15 +140,28 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
     if not pending:
         return "done"
     order, units = pending[0]
+    wanted = Counter(units)
+
+    def fits(box: str | None) -> bool:  # what the box holds is part of this order
+        return box is not None and not contents.get(box, Counter()) - wanted
+
     last = done[-1]["name"] if done else None
     if held_box is None:
-        if dropped:  # the box just dropped is marked next
-            return tools.mark.name, {package_param: dropped, order_param: order}
+        complete = [b for b in box_names if contents.get(b) == wanted]
+        if complete:  # dropped full: marked next
+            return tools.mark.name, {package_param: complete[0], order_param: order}
         if (step := go(box_station)) is not None:
             return step
-        free = [b for b in box_names if b not in used]
+        # The box this order was begun in (set aside for an urgent one), else an empty one never used.
+        begun = [b for b in box_names if contents.get(b) and fits(b) and b not in refused]
+        empty = [b for b in box_names if not contents.get(b) and b not in refused]
+        free = begun or [b for b in empty if b not in taken] or empty
         return (tools.take_box.name, {box_param: free[0]}) if free else None
-    missing = list((Counter(units) - in_box).elements())
+    if not fits(held_box):  # begun for another order: set aside, at its station
+        if last == tools.take.name:
+            return tools.put.name, {tools.put.params[0].name: put_word}
+        return go(box_station) or (tools.drop_box.name, {})
+    missing = list((wanted - contents.get(held_box, Counter())).elements())
     if last == tools.take.name:  # the product is in the gripper: into the box
         return tools.put.name, {tools.put.params[0].name: put_word}
     if missing:
@@ -158,13 +179,13 @@ class OrdersSkill:
     name = "orders"
 
     def observe(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> None:
-        return None  # progress is replayed from the calls that succeeded
+        return None  # progress is replayed from the calls that succeeded (TaskState.episode_calls)
 
     def next(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> AgentDecision | None:
         robots = situation.toolbox.robots or ("robot",)
         if len(robots) > 1 or state.failures_in_row >= 3:
             return None
-        step = next_order_call(situation.toolbox, situation.attributes, state.request, state.done_calls,
+        step = next_order_call(situation.toolbox, situation.attributes, state.request, state.episode_calls,
                                state.failed, robots[0])
         if step is None:
             return None

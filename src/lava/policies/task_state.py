@@ -28,6 +28,7 @@ from .scene import read_scene
 Intent = Literal["act", "answer", "acknowledge"]
 
 MAX_DONE = 40
+MAX_EPISODE_CALLS = 80
 MAX_EARLIER = 4
 MAX_OBSERVATIONS = 3
 MAX_RULES = 20
@@ -90,6 +91,9 @@ class TaskState:
     request: str = ""
     done: list[str] = field(default_factory=list)
     done_calls: list[dict[str, Any]] = field(default_factory=list)
+    # Every call that succeeded, across requests (the latest MAX_EPISODE_CALLS): what the world went through, for
+    # skills whose state is what the calls did (a package set aside for an urgent order, then taken back).
+    episode_calls: list[dict[str, Any]] = field(default_factory=list)
     pending: list[dict[str, Any]] = field(default_factory=list)
     pending_failed: list[dict[str, Any]] = field(default_factory=list)  # the calls the last feedback refused
     last_feedback: str = ""
@@ -213,8 +217,7 @@ class TaskState:
             if result.ok and call is not None and (tool := toolbox.get(call["name"])) is not None and tool.params:
                 self.failed = []  # something moved: what failed before may work now
             if result.ok and call is not None:
-                self.done = [*self.done, call_text(call)][-MAX_DONE:]
-                self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+                self.succeeded(call)
                 tool = toolbox.get(call["name"])
                 if tool is not None and (not tool.params or len(result.message) > 80):
                     self.observations = [*self.observations, f"{call['name']}: {result.message}"][-MAX_OBSERVATIONS:]
@@ -223,12 +226,16 @@ class TaskState:
         if not results and not failed and pending:
             # "The action has completed." carries no per-robot line: every pending call succeeded.
             for call in pending.values():
-                self.done = [*self.done, call_text(call)][-MAX_DONE:]
-                self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+                self.succeeded(call)
         self.last_failed = failed
         self.failures_in_row = self.failures_in_row + 1 if failed else 0
         self.pending = []
         return results
+
+    def succeeded(self, call: dict[str, Any]) -> None:
+        self.done = [*self.done, call_text(call)][-MAX_DONE:]
+        self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+        self.episode_calls = [*self.episode_calls, call][-MAX_EPISODE_CALLS:]
 
     def settle(self, toolbox: ToolBox) -> None:
         """A user message came instead of the result of lava's last calls: MAGMA moves to the next
@@ -238,8 +245,7 @@ class TaskState:
         for call in self.pending:
             if call["robot"] in running:
                 continue
-            self.done = [*self.done, call_text(call)][-MAX_DONE:]
-            self.done_calls = [*self.done_calls, call][-MAX_DONE:]
+            self.succeeded(call)
             self.track(call, "", toolbox)
         self.pending = [c for c in self.pending if c["robot"] in running]
 
