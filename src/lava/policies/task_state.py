@@ -91,8 +91,9 @@ class TaskState:
     request: str = ""
     done: list[str] = field(default_factory=list)
     done_calls: list[dict[str, Any]] = field(default_factory=list)
-    # Every call that succeeded, across requests (the latest MAX_EPISODE_CALLS): what the world went through, for
-    # skills whose state is what the calls did (a package set aside for an urgent order, then taken back).
+    # Every call that succeeded, across requests (the latest MAX_EPISODE_CALLS): what the world went
+    # through, for skills whose state is what the calls did (a package set aside for an urgent order,
+    # then taken back).
     episode_calls: list[dict[str, Any]] = field(default_factory=list)
     pending: list[dict[str, Any]] = field(default_factory=list)
     pending_failed: list[dict[str, Any]] = field(default_factory=list)  # the calls the last feedback refused
