@@ -109,3 +109,26 @@ def test_call_text_and_dimensions() -> None:
     two = ToolBox.from_input([{"name": "take", "arguments": {"a": {"type": "str"}}},
                               {"name": "put", "arguments": {"b": {"type": "str"}}}], {})
     assert one_dimensional(one) and not one_dimensional(two)
+
+
+def test_an_interrupted_request_is_digested_once_when_it_is_left_for_good() -> None:
+    state = TaskState()
+    state.start("act", "press sw1 and sw2")
+    state.succeeded({"robot": "r1", "name": "press", "arguments": {"b": "sw1"}})
+    state.suspend(question=True)
+    state.start("answer", "Which button did you press?")
+    assert state.earlier == ["press sw1 and sw2 -> r1.press(b=sw1)"]  # the answer can see the running request
+    state.resume()
+    assert state.earlier == []  # it runs again: no stale digest beside it
+    state.succeeded({"robot": "r1", "name": "press", "arguments": {"b": "sw2"}})
+    state.start("act", "press sw3")
+    assert state.earlier == ["press sw1 and sw2 -> r1.press(b=sw1), r1.press(b=sw2)"]
+
+    # An urgent request's own work is digested when the interrupted one resumes.
+    state.suspend()
+    state.start("act", "press sw0 first")
+    state.succeeded({"robot": "r1", "name": "press", "arguments": {"b": "sw0"}})
+    state.resume()
+    assert state.request == "press sw3"
+    assert state.earlier == ["press sw1 and sw2 -> r1.press(b=sw1), r1.press(b=sw2)",
+                             "press sw0 first -> r1.press(b=sw0)"]

@@ -154,9 +154,7 @@ class TaskState:
     # -- transitions (each returns nothing and mutates this copy only) ----------------------
 
     def start(self, intent: Intent, request: str) -> None:
-        if self.request and (self.done or self.intent == "act"):
-            digest = f"{self.request} -> " + (", ".join(self.done[-6:]) if self.done else "nothing done")
-            self.earlier = [*self.earlier, digest][-MAX_EARLIER:]
+        self._digest_request()
         self.intent, self.request = intent, request
         self.done, self.done_calls, self.pending = [], [], []
         self.last_failed, self.failures_in_row = False, 0
@@ -175,9 +173,23 @@ class TaskState:
         """Whether lava is answering a question that came in the middle of a request."""
         return self.intent == "answer" and bool(self.suspended and self.suspended.get("question"))
 
+    def _digest_request(self) -> None:
+        """The running request, one line in `earlier`, as it is left for another."""
+        if self.request and (self.done or self.intent == "act"):
+            digest = f"{self.request} -> " + (", ".join(self.done[-6:]) if self.done else "nothing done")
+            self.earlier = [*self.earlier, digest][-MAX_EARLIER:]
+
     def resume(self) -> None:
-        """Back to the interrupted request, with the work it had done."""
+        """Back to the interrupted request, with the work it had done. Its digest, written when it
+        was set aside, goes: it is running again, and is digested once, when it is left for good.
+        The interruption's own request (an urgent one's work) is digested in its place."""
         saved, self.suspended = self.suspended or {}, None
+        interrupted = f"{saved.get('request') or ''} -> "
+        index = next((i for i in range(len(self.earlier) - 1, -1, -1) if self.earlier[i].startswith(interrupted)),
+                     None)
+        if index is not None:
+            self.earlier = [*self.earlier[:index], *self.earlier[index + 1:]]
+        self._digest_request()
         self.intent, self.request = "act", str(saved.get("request") or "")
         self.done, self.done_calls = list(saved.get("done") or []), list(saved.get("done_calls") or [])
         self.plan = saved.get("plan")
