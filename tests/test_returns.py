@@ -110,6 +110,11 @@ class Depot:
                 return False, f"{robot} already holds a package."
             if "bay" not in at:
                 return False, f"{robot} is not in front of an output buy."
+            if at in self.dropped:
+                # The bay's own package, taken again: its products stay on the output table, and
+                # the delivery it was labelled for is undone.
+                self.labels = [label for label in self.labels if label[3] != at]
+                del self.dropped[at]
             self.box[robot] = []
             return True, f"{robot} took {at.replace('_bay', '')}."
         if name == "drop_package":
@@ -357,3 +362,29 @@ def test_a_question_mid_delivery_is_answered_from_the_request_and_the_work_goes_
         instruction = run(decision["tool_calls"])
     assert objectives(world) == 3, world.calls
     assert decision["say"].startswith("Done.")
+
+
+def test_a_second_delivery_of_the_same_service_takes_the_other_bay() -> None:
+    # Held-out AdvancedDeliveryDefinition@6: AD-002 took the package of standard_bay_0 again, the one
+    # dropped and labelled for AD-001, which undid AD-001.
+    reception, broken = ["electronics_1", "textile_2"], ["textile_2"]
+    storage = ["drinks_0", "drinks_1", "hygiene_0", "hygiene_1", "textile_0", "textile_1"]
+    world = Depot(reception, storage, broken)
+    orders = {("AD-001", "Sofia Bernard", "Bordeaux"): ["hygiene", "textile"],
+              ("AD-002", "Lucas Moreau", "Nantes"): ["drinks"]}
+
+    def objectives(world: Depot) -> int:
+        met = world.trash == broken
+        met += "electronics_1" in world.tables["electronics_spot"]
+        met += sum(any(label[:3] == order and sorted(p.rsplit("_", 1)[0] for p in world.dropped[label[3]]) == kinds
+                       for label in world.labels) for order, kinds in orders.items())
+        return met
+
+    request = ("There is a client return in the reception. At the same time, prepare 2 deliveries: delivery AD-001 "
+               "for Sofia Bernard in Bordeaux, using standard service, containing 1 textile product and 1 hygiene "
+               "product and delivery AD-002 for Lucas Moreau in Nantes, using standard service, containing 1 drinks "
+               "product.")
+    answer, _stages = episode(world, request, objectives, budget=30, max_turns=60)
+    assert objectives(world) == 4, "\n".join(world.calls)
+    assert sorted(label[3] for label in world.labels) == ["standard_bay_0", "standard_bay_1"]
+    assert answer.startswith("Done.")

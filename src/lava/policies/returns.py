@@ -309,6 +309,7 @@ class Plan:
         if t.take_box is None or t.drop_box is None or t.label is None:
             return "unsure", None
         at, has_box, held, in_box, dropped, labelled = None, False, None, [], False, set()
+        box_bay = None  # where the package in hand was taken: it goes back there
         order_param = next(p.name for p in t.label.params if re.search("order|id|reference", p.name, re.I)) \
             if any(re.search("order|id|reference", p.name, re.I) for p in t.label.params) else t.label.params[0].name
         for call in self.calls_of(robot):
@@ -316,7 +317,7 @@ class Plan:
             if call["name"] == t.move.name:
                 at = value
             elif call["name"] == t.take_box.name:
-                has_box, in_box = True, []
+                has_box, in_box, box_bay = True, [], at
             elif call["name"] == t.pick.name:
                 held = value
             elif call["name"] == t.put.name and held:
@@ -334,7 +335,11 @@ class Plan:
         bays = [b for b in self.targets if order.service and order.service in _parts(b)] or \
             [b for b in self.targets if _parts(b) & {"bay", "output"}]
         refused = {self.value(c) for c in self.failed if c.get("robot") == robot and c["name"] == t.move.name}
-        bay = next((b for b in bays if b not in refused), None)
+        if not has_box and not dropped:
+            # A bay's package, dropped there and labelled, is a finished delivery: taking it again
+            # would carry it off and leave its products behind (AdvancedDeliveryDefinition@6).
+            refused |= self.spent_bays()
+        bay = box_bay if has_box and box_bay in bays else next((b for b in bays if b not in refused), None)
         if bay is None:
             return "unsure", None
         if dropped:
@@ -370,6 +375,22 @@ class Plan:
         if at != bay:
             return "busy", (robot, t.move.name, self.arg(t.move, bay))
         return "busy", (robot, t.drop_box.name, {})
+
+    def spent_bays(self) -> set[str]:
+        """The bays, of any robot, where a package was dropped and then labelled."""
+        t = self.tools
+        spent: set[str] = set()
+        at: dict[str, Any] = {}
+        dropped_at: dict[str, Any] = {}
+        for call in self.done:
+            robot = call.get("robot")
+            if call["name"] == t.move.name:
+                at[robot] = self.value(call)
+            elif t.drop_box is not None and call["name"] == t.drop_box.name:
+                dropped_at[robot] = at.get(robot)
+            elif t.label is not None and call["name"] == t.label.name and dropped_at.get(robot) is not None:
+                spent.add(dropped_at.pop(robot))
+        return spent
 
     def label_args(self, order: Delivery) -> dict[str, str]:
         args = {}
