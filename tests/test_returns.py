@@ -366,8 +366,10 @@ def test_a_question_mid_delivery_is_answered_from_the_request_and_the_work_goes_
 
 def test_a_second_delivery_of_the_same_service_takes_the_other_bay() -> None:
     # Held-out AdvancedDeliveryDefinition@6: AD-002 took the package of standard_bay_0 again, the one
-    # dropped and labelled for AD-001, which undid AD-001.
-    reception, broken = ["electronics_1", "textile_2"], ["textile_2"]
+    # dropped and labelled for AD-001, which undid AD-001. Then, past 40 calls, the returns were read
+    # from the request's latest 40 only, and the reception robot went back for products long put away.
+    reception = ["electronics_1", "electronics_2", "hygiene_3", "snacks_0", "textile_2"]
+    broken = ["electronics_2", "textile_2"]
     storage = ["drinks_0", "drinks_1", "hygiene_0", "hygiene_1", "textile_0", "textile_1"]
     world = Depot(reception, storage, broken)
     orders = {("AD-001", "Sofia Bernard", "Bordeaux"): ["hygiene", "textile"],
@@ -375,7 +377,7 @@ def test_a_second_delivery_of_the_same_service_takes_the_other_bay() -> None:
 
     def objectives(world: Depot) -> int:
         met = world.trash == broken
-        met += "electronics_1" in world.tables["electronics_spot"]
+        met += all(p in world.tables[f"{p.rsplit('_', 1)[0]}_spot"] for p in ["electronics_1", "hygiene_3", "snacks_0"])
         met += sum(any(label[:3] == order and sorted(p.rsplit("_", 1)[0] for p in world.dropped[label[3]]) == kinds
                        for label in world.labels) for order, kinds in orders.items())
         return met
@@ -386,5 +388,6 @@ def test_a_second_delivery_of_the_same_service_takes_the_other_bay() -> None:
                "product.")
     answer, _stages = episode(world, request, objectives, budget=30, max_turns=60)
     assert objectives(world) == 4, "\n".join(world.calls)
+    assert len(world.calls) > 40
     assert sorted(label[3] for label in world.labels) == ["standard_bay_0", "standard_bay_1"]
     assert answer.startswith("Done.")

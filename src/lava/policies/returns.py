@@ -192,10 +192,10 @@ def note_feedback(situation: Situation, state: TaskState, notes: dict[str, Any],
     for result in read_results(situation.feedback):
         if result.tool == tools.look.name and result.ok and (match := _SEEN.search(result.message)):
             items = [i.strip() for i in match["items"].split(",") if i.strip() and i.strip() != "nothing"]
-            at = _where(state.done_calls, result.robot, tools.move.name) or ""
+            at = _where(state.episode_calls, result.robot, tools.move.name) or ""
             seen[f"{result.robot}@{at}"] = items
         elif result.tool == tools.inspect.name and result.ok:
-            held = _held(state.done_calls, result.robot, tools)
+            held = _held(state.episode_calls, result.robot, tools)
             text = result.message.lower()
             if held:
                 condition[held] = "broken" if re.search(r"broken|damaged|defect", text) else \
@@ -206,7 +206,7 @@ def note_feedback(situation: Situation, state: TaskState, notes: dict[str, Any],
                 blocked[match["target"]] = who
         elif result.tool == tools.move.name and result.ok:
             # the robot left wherever it blocked, and where it arrived nobody else is
-            at = _where(state.done_calls, result.robot, tools.move.name)
+            at = _where(state.episode_calls, result.robot, tools.move.name)
             for target in [t for t, who in blocked.items() if who == result.robot or t == at]:
                 del blocked[target]
 
@@ -441,7 +441,7 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     returns_wanted = wants_returns(state.request.split("delivery")[0] if deliveries else state.request)
     if not deliveries and not returns_wanted:
         return None
-    plan = Plan(tools, robots, keeper, home, targets, types, instances, state.done_calls, state.failed, notes)
+    plan = Plan(tools, robots, keeper, home, targets, types, instances, state.episode_calls, state.failed, notes)
 
     r_status, r_call = plan.returns() if returns_wanted else ("done", None)
     if r_status == "unsure":

@@ -28,7 +28,7 @@ from .scene import read_scene
 Intent = Literal["act", "answer", "acknowledge"]
 
 MAX_DONE = 40
-MAX_EPISODE_CALLS = 80
+MAX_EPISODE_CALLS = 120  # an AdvancedDelivery episode (returns, two deliveries) runs ~60
 MAX_EARLIER = 4
 MAX_OBSERVATIONS = 3
 MAX_RULES = 20
