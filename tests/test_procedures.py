@@ -67,7 +67,8 @@ COFFEE_RULE = "To prepare a coffee you must put the mug, place a capsule, then s
 COFFEE_RULES_002 = ["To prepare a coffee, place the mug, load the appropriate capsule, then start the coffee maker.",
                     "When asked to make coffee for a person whose preference is unknown, ask the user for that "
                     "person's coffee preference."]
-TEAMS = {"RAP": ["Florent", "Emma", "Abdelbasset", "Jade"], "DISCO": ["Perez", "Lewis", "Philippe", "Merlin"]}
+TEAMS = {"RAP": ["Florent", "Emma", "Abdelbasset", "Jade"], "DISCO": ["Perez", "Lewis", "Philippe", "Merlin"],
+         "GEPETTO": ["Roberts"]}
 
 
 class CoffeeMachine:
@@ -358,6 +359,25 @@ def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None
     assert world.calls[0] == "get_person_team(Florent)"
     assert world.calls[-4:] == ["get_person_team(Merlin)", "position_mug_in_machine()", "insert_capsule(milky)",
                                 "start_coffee_cycle()"]
+    assert not asked
+
+
+def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> None:
+    # Held-out make_coffee TeamDefinition@7: "white coffee is not available anymore.", then the answer
+    # to lava's question, "Roberts wants a white coffee.", was acted on where the stage wanted a refusal.
+    registry = ("When asked to make coffee for a person, first use the team registry to find their team, then "
+                "apply that team's coffee preference. If the team has no coffee preference, ask the user for the "
+                "person's preference.")
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("white coffee is not available anymore."),
+        Stage("team RIS prefers white coffee by default and team MAC prefers milky coffee by default."),
+        Stage("Please make coffee for Roberts.", looked_up("Roberts"), budget=1, answer=True),
+        Stage("Roberts wants a white coffee."),  # words only: the coffee is gone
+    ], [COFFEE_RULE, registry])
+    assert "Roberts" in said[2] and "preference" in said[2]
+    assert world.calls == ["get_person_team(Roberts)"] and world.coffees == []
+    assert "white coffee is not available" in said[3]
     assert not asked
 
 

@@ -49,6 +49,11 @@ _CLEAR = re.compile(rf"\b(?:remove|clear|take|empty|clean(?:\s+up)?)\s+"
                     rf"(?:the\s+)?(?P<place>{_PHRASE}){_END}", re.IGNORECASE)
 _GONE = re.compile(r"\b(?:there (?:is|are) no|no more|out of|ran out of|run out of)\s+(?P<what>[a-z][\w\s-]*?)"
                    r"\s*(?:\bleft\b|\banymore\b|\bany more\b|\bavailable\b|\bin stock\b|[.,;!]|$)", re.IGNORECASE)
+# "white coffee is not available anymore", "black and white coffee are unavailable": the things are
+# the few words before the verb, so "Note that white coffee ..." is still white coffee.
+_GONE_AFTER = re.compile(r"(?P<what>(?:[a-z][\w-]*,?\s+){0,4}[a-z][\w-]*)\s+(?:is|are)\s+(?:not available|no longer "
+                         r"available|unavailable|out of stock|not in stock|sold out)\b", re.IGNORECASE)
+_NOT_THE_THING = {"that", "note", "the", "a", "an", "please", "now", "today", "remember", "and", "but", "so"}
 
 
 def words(text: str) -> set[str]:
@@ -199,9 +204,10 @@ def unavailable(rules: Sequence[str], request: str) -> str | None:
     """A rule saying that something the request needs is gone ("There is no black coffee anymore")."""
     wanted = words(request)
     for rule in reversed(rules):
-        match = _GONE.search(rule)
-        if match and (gone := words(match["what"])) and gone <= wanted:
-            return rule
+        for match in (_GONE.search(rule), *_GONE_AFTER.finditer(rule)):
+            parts = re.split(r",|\band\b|\bor\b", match["what"]) if match else []
+            if any((gone := words(part) - _NOT_THE_THING) and gone <= wanted for part in parts):
+                return rule
     return None
 
 
