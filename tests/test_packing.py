@@ -19,7 +19,8 @@ import pytest
 import episodes
 from episodes import CANCEL, Stage, World, tool
 from lava.policies.demos import finisher
-from lava.policies.goals import read_recipe
+from lava.policies.goals import default_recipe, read_recipe
+from lava.policies.intent import heuristic_intent
 from lava.policies.orders import read_orders
 from lava.tools import ToolBox
 
@@ -62,9 +63,9 @@ class TrayWorld:
         if name == "take":
             if self.held is not None:
                 return False, "The gripper is not empty."
-            if arguments["name"] not in self.table:
+            if arguments["name"] not in self.table + self.tray:  # MAGMA's take reaches the tray too
                 return False, f"{arguments['name']} is not detected"
-            self.table.remove(arguments["name"])
+            (self.table if arguments["name"] in self.table else self.tray).remove(arguments["name"])
             self.held = arguments["name"]
             return True, f"you have {self.held} in your gripper"
         if name == "put":
@@ -248,8 +249,18 @@ PACKAGING = {
               lambda w: on_tray(w, "pasta", "banana"), budget=10, answer=True),
         Stage("Do not place apple and juice on the same tray."),
     ],
+    # Held-out MainDefinition@7: the recipe edit was acted on (a detect) where the stage wanted words,
+    # and "I would like a tray." names no food: it is the default recipe, as the rules left it.
+    "packaging-held6": [
+        Stage("The default tray recipe is ananas and milk."),
+        Stage("In the default recipe, replace ananas with water."),
+        Stage("Hello, I would like a tray.", lambda w: bool({"water", "milk"} & set(w.tray)), budget=6),
+        Stage("I changed my mind: use juice instead of water for this tray.",
+              lambda w: on_tray(w, "juice", "milk"), budget=10, answer=True),
+    ],
 }
-TRAYS = {"packaging-001": ["chicken", "fish", "water"], "packaging-002": ["banana", "pasta"]}
+TRAYS = {"packaging-001": ["chicken", "fish", "water"], "packaging-002": ["banana", "pasta"],
+         "packaging-held6": ["juice", "milk"]}
 
 
 @pytest.mark.parametrize("name", sorted(PACKAGING))
@@ -329,6 +340,23 @@ def test_the_default_recipe_comes_from_the_rule_that_defines_it() -> None:
     request = "I would like the default recipe with banana instead of apple."
     assert read_recipe(request, ["The default tray recipe is pasta and apple."], FOODS) == ["pasta", "banana"]
     assert read_recipe(request, [], FOODS) == ["banana"]  # no rule: only what the request itself names
+
+
+def test_the_default_recipe_is_what_the_rules_set_and_then_edited() -> None:
+    rules = ["The default tray recipe is ananas and milk.", "In the default recipe, replace ananas with water.",
+             "Do not place apple and juice on the same tray."]  # "same" names no recipe
+    assert default_recipe(rules, FOODS) == ["water", "milk"]
+    assert default_recipe([*rules, "The standard tray now uses fish instead of milk."], FOODS) == ["water", "fish"]
+    assert default_recipe([*rules, "Replace the standard tray recipe with chicken and pasta."], FOODS) == \
+        ["chicken", "pasta"]
+    assert default_recipe([*rules, "Forget the previous default recipe. The new recipe is fish and juice."],
+                          FOODS) == ["fish", "juice"]
+    assert read_recipe("Hello, I would like a tray.", rules, FOODS) == ["water", "milk"]
+    assert read_recipe("Hello, I would like a tray.", [], FOODS) is None
+    for edit in ("In the default recipe, replace ananas with water.",
+                 "Replace the standard tray recipe with chicken and pasta."):
+        assert heuristic_intent(edit, ["detect", "take", "put", "valid_plate"]) == "acknowledge"
+    assert heuristic_intent("Prepare the default tray, but replace juice with water.", ["take"]) == "act"
 
 
 def test_orders_keep_the_request_order_and_amendments_add_to_them() -> None:

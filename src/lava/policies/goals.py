@@ -129,6 +129,8 @@ _REPLACE = re.compile(r"\breplace\s+(?:the\s+)?(?P<old>[A-Za-z][\w-]*)\s+(?:with
                       r"(?:the\s+)?(?P<new>[A-Za-z][\w-]*)", re.I)
 _WITHOUT = re.compile(r"\b(?:without|except|minus|but no|not the)\s+(?:the\s+|any\s+)?(?P<old>[A-Za-z][\w-]*)", re.I)
 _REFERS = re.compile(r"\b(default|usual|standard|regular|same)\b", re.I)
+# A rule that defines the default ("same" refers too, but "never on the same tray" is no recipe).
+_DEFINES_DEFAULT = re.compile(r"\b(?:default|usual|standard|regular)\b|\bnew recipe is\b", re.I)
 _COMPOSE = re.compile(r"\b(contain\w*|with|recipe|instead of|made of|consisting|tray|box|plate|bowl)\b", re.I)
 
 
@@ -138,18 +140,37 @@ def _named(text: str, things: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(t for _, t in sorted(found)))
 
 
+def default_recipe(rules: Sequence[str], things: Sequence[str]) -> list[str]:
+    """The default recipe the rules arrive at, in order: one sets it ("The default tray recipe is
+    pasta and apple", "Replace the standard tray recipe with ananas and milk"), one edits it ("In the
+    default recipe, replace ananas with water", "The standard tray now uses water instead of ananas")."""
+    recipe: list[str] = []
+    known = {t.lower(): t for t in things}
+    for rule in rules:
+        if not _DEFINES_DEFAULT.search(rule) or not (named := _named(rule, things)):
+            continue
+        edits = [(m["old"].lower(), m["new"].lower()) for m in [*_INSTEAD.finditer(rule), *_REPLACE.finditer(rule)]
+                 if m["old"].lower() in known and m["new"].lower() in known]
+        if not edits:
+            recipe = named
+            continue
+        for old, new in edits:
+            recipe = [known[new] if t.lower() == old else t for t in recipe]
+        recipe = list(dict.fromkeys(recipe))
+    return recipe
+
+
 def read_recipe(request: str, rules: Sequence[str], things: Sequence[str]) -> list[str] | None:
     """The exact set of things a request wants together ("a tray containing chicken, fish, and juice";
     "the default recipe with banana instead of apple" + rule "The default tray recipe is pasta and
     apple"; a later "use water instead of juice" appended to the request replaces juice)."""
-    base: list[str] = []
-    if _REFERS.search(request):
-        for rule in reversed(rules):
-            if _REFERS.search(rule) and (named := _named(rule, things)):
-                base = named
-                break
-    removed = {m["old"].lower() for m in [*_INSTEAD.finditer(request), *_REPLACE.finditer(request),
-                                          *_WITHOUT.finditer(request)]}
+    swaps = [*_INSTEAD.finditer(request), *_REPLACE.finditer(request)]
+    removed = {m["old"].lower() for m in [*swaps, *_WITHOUT.finditer(request)]}
+    # "Hello, I would like a tray." (then "use juice instead of water for this tray"): a request that
+    # names nothing but its swaps wants the default recipe as much as one that says "default".
+    swapped = {m[key].lower() for m in swaps for key in ("old", "new")} | removed
+    plain = not [t for t in _named(request, things) if t.lower() not in swapped]
+    base = default_recipe(rules, things) if _REFERS.search(request) or plain else []
     items = [t for t in [*base, *_named(request, things)] if t.lower() not in removed]
     return list(dict.fromkeys(items)) or None
 

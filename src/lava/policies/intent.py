@@ -56,6 +56,12 @@ _STATED = frozenset(("is", "are", "was", "were", "has", "have", "prefers", "like
                      "goes", "belongs", "uses", "drinks"))
 
 
+# Editing a standing recipe or rule ("Replace the standard tray recipe with ananas and milk") changes
+# what later requests mean; nothing is done now.
+_EDITS = frozenset(("replace", "change", "update", "swap", "modify", "substitute"))
+_STANDING = re.compile(r"\b(?:default|standard|usual)\s+(?:\w+\s+)?(?:recipe|rule|composition|menu)s?\b",
+                       re.IGNORECASE)
+
 # "Use these rules from now on: ref_obj_2 goes to area5": adopting rules is not acting on them.
 _ADOPT = frozenset(("use", "apply", "follow", "adopt", "keep", "consider"))
 _RULES_NOUN = re.compile(r"\b(?:rules?|assignments?|defaults?|constraints?|conventions?)\b", re.IGNORECASE)
@@ -107,6 +113,8 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     verbs = [_clause_verb(c) for c in clauses]
     acting = [v for v in verbs if v is not None and (v in _ACT_VERBS or v in tool_words)]
     opening = clauses[0] if clauses else ""
+    if acting and set(acting) <= _EDITS and _STANDING.search(text) and not _WANT.search(text):
+        return "acknowledge"  # "In the default recipe, replace ananas with water": the rule changes
     if (verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember") and not _STRONG_INFORM.match(opening)
             and not _adopts_rules(verbs[0], opening, text)):
         return "act"
