@@ -68,7 +68,7 @@ COFFEE_RULES_002 = ["To prepare a coffee, place the mug, load the appropriate ca
                     "When asked to make coffee for a person whose preference is unknown, ask the user for that "
                     "person's coffee preference."]
 TEAMS = {"RAP": ["Florent", "Emma", "Abdelbasset", "Jade"], "DISCO": ["Perez", "Lewis", "Philippe", "Merlin"],
-         "GEPETTO": ["Roberts"]}
+         "GEPETTO": ["Roberts", "Williams"], "RIS": ["Garcia"]}
 
 
 class CoffeeMachine:
@@ -349,7 +349,7 @@ def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None
                 "person's preference.")
     world = CoffeeMachine()
     said, asked = episode(world, [
-        Stage("milky coffee is not available anymore."),
+        Stage("white coffee is not available anymore."),  # no coffee below is white
         Stage("Please make coffee for Florent.", looked_up("Florent"), budget=1, answer=True),
         Stage("Florent wants a black coffee.", served("black"), budget=4, direct=True),
         Stage("team DISCO prefers milky coffee and team RAP prefers black coffee."),
@@ -365,6 +365,8 @@ def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None
 def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> None:
     # Held-out make_coffee TeamDefinition@7: "white coffee is not available anymore.", then the answer
     # to lava's question, "Roberts wants a white coffee.", was acted on where the stage wanted a refusal.
+    # Then "What team does Williams belong to?" was answered with what the lookup said of Roberts, and
+    # Garcia's coffee, white by his team's taste, was started.
     registry = ("When asked to make coffee for a person, first use the team registry to find their team, then "
                 "apply that team's coffee preference. If the team has no coffee preference, ask the user for the "
                 "person's preference.")
@@ -374,11 +376,15 @@ def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> Non
         Stage("team RIS prefers white coffee by default and team MAC prefers milky coffee by default."),
         Stage("Please make coffee for Roberts.", looked_up("Roberts"), budget=1, answer=True),
         Stage("Roberts wants a white coffee."),  # words only: the coffee is gone
+        Stage("What team does Williams belong to?", looked_up("Williams"), budget=1, answer=True),
+        Stage("Please make coffee for Garcia.", looked_up("Garcia"), budget=1, answer=True),
     ], [COFFEE_RULE, registry])
     assert "Roberts" in said[2] and "preference" in said[2]
-    assert world.calls == ["get_person_team(Roberts)"] and world.coffees == []
     assert "white coffee is not available" in said[3]
-    assert not asked
+    assert said[4] == "Williams is in team GEPETTO."
+    assert "white coffee is not available" in said[5]
+    assert world.calls == ["get_person_team(Roberts)", "get_person_team(Williams)", "get_person_team(Garcia)"]
+    assert world.coffees == [] and not asked
 
 
 def test_the_runner_fails_a_coffee_stage_that_goes_over_its_budget() -> None:

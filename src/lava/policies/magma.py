@@ -73,6 +73,7 @@ from .names import (
     object_values,
     parameter_enums,
 )
+from .procedures import team_answer
 from .returns import delivery_answer
 from .scene import render_scene
 from .task_state import (
@@ -936,7 +937,7 @@ class MagmaPolicy(Policy):
 
     async def decide(self, situation: Situation, memories: list[dict[str, Any]]) -> list[CandidateResult]:
         state = TaskState.load(situation.memory.private)
-        if state.answering_midway:
+        if state.answering_midway and not state.pending:
             state.resume()  # the question was answered: the request it interrupted goes on
         shared_steps: list[dict[str, Any]] = []
         instruction = situation.instruction
@@ -993,7 +994,9 @@ class MagmaPolicy(Policy):
                 return everyone(self.resume_or_cancel(situation, state, stop=stops))
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
-                # The user said it is gone; acting anyway fails the stage, saying so is the answer.
+                # The user said it is gone; acting anyway fails the stage, saying so is the answer,
+                # and it ends the request (a question after it is not one in the middle of it).
+                state.finished = True
                 return everyone(AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}"))
         elif situation.feedback is not None:
             if situation.toolbox.busy and not state.pending and not situation.feedback.previous_calls:
@@ -1063,6 +1066,8 @@ class MagmaPolicy(Policy):
                 return decision
 
         first = len(shared_steps)
+        if state.intent == "answer" and (looked_up := team_answer(situation, state)) is not None:
+            return looked_up
         if state.intent == "answer" and (said := self.known_answer(situation, state)) is not None:
             return AgentDecision(say=said)
         if state.intent == "answer":

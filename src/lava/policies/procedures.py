@@ -192,6 +192,31 @@ def team_lookup(toolbox: ToolBox) -> ToolSpec | None:
     return None
 
 
+_TEAM_OF = re.compile(r"\b(?i:what|which)\s+team\s+(?:does|is|do)\s+(?P<person>[A-Z][\w-]*)\b"
+                      r"|\b(?P<owner>[A-Z][\w-]*)'s\s+team\b")
+
+
+def team_answer(situation: Any, state: Any) -> Any:
+    """A question about a person's team ("What team does Williams belong to?") with a team lookup
+    tool: the lookup first, then its answer in words (MAGMA's LookupTeamThenAnswerStage allows that
+    tool before the answer; what an earlier lookup said of someone else is no answer)."""
+    from ..protocol import AgentDecision, ToolCall
+    lookup, match = team_lookup(situation.toolbox), _TEAM_OF.search(state.request)
+    if lookup is None or match is None:
+        return None
+    person = match["person"] or match["owner"]
+    asked = [c for c in [*state.done_calls, *state.failed]
+             if c["name"] == lookup.name and next(iter((c.get("arguments") or {}).values()), None) == person]
+    if not asked:
+        robot = (situation.toolbox.robots or ("robot",))[0]
+        return AgentDecision(tool_calls=[ToolCall(name=lookup.name, arguments={lookup.params[0].name: person},
+                                                  target_robot_name=robot)])
+    said = re.search(rf"\b{re.escape(person)}\b[^.\n]*?\bteam\s+(?P<team>[\w-]+)", state.last_feedback)
+    if said is None or said["team"].lower() == "none":
+        return None  # the model answers from what the lookup said
+    return AgentDecision(say=f"{person} is in team {said['team']}.")
+
+
 # -- the calls a request needs ------------------------------------------------------------------
 
 
@@ -351,6 +376,15 @@ class ProceduresSkill:
         if not steps:
             return None
         step = next_step(steps, state.done_calls)
+        if step is not None and step == steps[0]:
+            # What a team prefers, found only now, can be what a rule said is gone ("white coffee is
+            # not available anymore"): nothing is started, and saying so is the answer.
+            from .goals import unavailable
+            from .magma import _plain
+            gone = unavailable(rules, " ".join([state.request, *(s.value for s in steps if s.value)]))
+            if gone is not None:
+                state.finished = True
+                return AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}")
         if step is None:
             from .magma import completion_message
             return AgentDecision(say=completion_message(state))
@@ -381,4 +415,4 @@ class ProceduresSkill:
 
 
 __all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "people", "plan",
-           "preference", "procedure", "suspended", "team_lookup", "unknown_people"]
+           "preference", "procedure", "suspended", "team_answer", "team_lookup", "unknown_people"]
