@@ -341,12 +341,14 @@ def test_a_coffee_for_someone_whose_taste_is_unknown_is_asked_about_not_made() -
     assert not asked
 
 
+TEAM_REGISTRY_RULE = ("When asked to make coffee for a person, first use the team registry to find their team, "
+                      "then apply that team's coffee preference. If the team has no coffee preference, ask the user "
+                      "for the person's preference.")
+
+
 def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None:
     # Held-out make_coffee TeamDefinition@0 and @1: a mug was placed for Florent, whose team has no
     # known taste (LookupTeamThenAnswerStage allows only the lookup); "team ... prefers" was acted on.
-    registry = ("When asked to make coffee for a person, first use the team registry to find their team, then "
-                "apply that team's coffee preference. If the team has no coffee preference, ask the user for the "
-                "person's preference.")
     world = CoffeeMachine()
     said, asked = episode(world, [
         Stage("white coffee is not available anymore."),  # no coffee below is white
@@ -354,7 +356,7 @@ def test_a_person_s_team_is_looked_up_before_asking_and_its_taste_used() -> None
         Stage("Florent wants a black coffee.", served("black"), budget=4, direct=True),
         Stage("team DISCO prefers milky coffee and team RAP prefers black coffee."),
         Stage("Please make coffee for Merlin.", served("black", "milky"), budget=4, direct=True),
-    ], [COFFEE_RULE, registry])
+    ], [COFFEE_RULE, TEAM_REGISTRY_RULE])
     assert "Florent" in said[1] and "preference" in said[1]
     assert world.calls[0] == "get_person_team(Florent)"
     assert world.calls[-4:] == ["get_person_team(Merlin)", "position_mug_in_machine()", "insert_capsule(milky)",
@@ -367,9 +369,6 @@ def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> Non
     # to lava's question, "Roberts wants a white coffee.", was acted on where the stage wanted a refusal.
     # Then "What team does Williams belong to?" was answered with what the lookup said of Roberts, and
     # Garcia's coffee, white by his team's taste, was started.
-    registry = ("When asked to make coffee for a person, first use the team registry to find their team, then "
-                "apply that team's coffee preference. If the team has no coffee preference, ask the user for the "
-                "person's preference.")
     world = CoffeeMachine()
     said, asked = episode(world, [
         Stage("white coffee is not available anymore."),
@@ -378,7 +377,7 @@ def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> Non
         Stage("Roberts wants a white coffee."),  # words only: the coffee is gone
         Stage("What team does Williams belong to?", looked_up("Williams"), budget=1, answer=True),
         Stage("Please make coffee for Garcia.", looked_up("Garcia"), budget=1, answer=True),
-    ], [COFFEE_RULE, registry])
+    ], [COFFEE_RULE, TEAM_REGISTRY_RULE])
     assert "Roberts" in said[2] and "preference" in said[2]
     assert "white coffee is not available" in said[3]
     assert said[4] == "Williams is in team GEPETTO."

@@ -169,9 +169,10 @@ def read_recipe(request: str, rules: Sequence[str], things: Sequence[str]) -> li
     # "Hello, I would like a tray." (then "use juice instead of water for this tray"): a request that
     # names nothing but its swaps wants the default recipe as much as one that says "default".
     swapped = {m[key].lower() for m in swaps for key in ("old", "new")} | removed
-    plain = not [t for t in _named(request, things) if t.lower() not in swapped]
+    named = _named(request, things)
+    plain = not [t for t in named if t.lower() not in swapped]
     base = default_recipe(rules, things) if _REFERS.search(request) or plain else []
-    items = [t for t in [*base, *_named(request, things)] if t.lower() not in removed]
+    items = [t for t in [*base, *named] if t.lower() not in removed]
     return list(dict.fromkeys(items)) or None
 
 

@@ -236,6 +236,14 @@ def _plain(text: str) -> str:
     return " ".join(text.split()).translate(str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"}))
 
 
+def refusal(state: TaskState, rule: str) -> AgentDecision:
+    """The answer to a request for something `rule` says is gone: acting anyway fails the stage,
+    saying so is the answer, and it ends the request (a question after it is not one in the middle
+    of it)."""
+    state.finished = True
+    return AgentDecision(say=f"Sorry, I cannot do that: {_plain(rule)}")
+
+
 def _call(tool: ToolSpec, robot: str, value: str | None = None) -> AgentDecision:
     """One call of `tool` on `robot`, with `value` for its one parameter when given."""
     arguments = {tool.params[0].name: value} if value is not None else {}
@@ -994,10 +1002,7 @@ class MagmaPolicy(Policy):
                 return everyone(self.resume_or_cancel(situation, state, stop=stops))
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
-                # The user said it is gone; acting anyway fails the stage, saying so is the answer,
-                # and it ends the request (a question after it is not one in the middle of it).
-                state.finished = True
-                return everyone(AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}"))
+                return everyone(refusal(state, gone))
         elif situation.feedback is not None:
             if situation.toolbox.busy and not state.pending and not situation.feedback.previous_calls:
                 # lava answered in words (a question) while its call was held, and MAGMA-BENCH reports

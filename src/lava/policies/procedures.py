@@ -196,6 +196,12 @@ _TEAM_OF = re.compile(r"\b(?i:what|which)\s+team\s+(?:does|is|do)\s+(?P<person>[
                       r"|\b(?P<owner>[A-Z][\w-]*)'s\s+team\b")
 
 
+def _looked_up(state: Any, lookup: ToolSpec) -> set[Any]:
+    """Whom the team lookup was called for in this request (answered or refused)."""
+    return {next(iter((c.get("arguments") or {}).values()), None)
+            for c in [*state.done_calls, *state.failed] if c["name"] == lookup.name}
+
+
 def team_answer(situation: Any, state: Any) -> Any:
     """A question about a person's team ("What team does Williams belong to?") with a team lookup
     tool: the lookup first, then its answer in words (MAGMA's LookupTeamThenAnswerStage allows that
@@ -205,9 +211,7 @@ def team_answer(situation: Any, state: Any) -> Any:
     if lookup is None or match is None:
         return None
     person = match["person"] or match["owner"]
-    asked = [c for c in [*state.done_calls, *state.failed]
-             if c["name"] == lookup.name and next(iter((c.get("arguments") or {}).values()), None) == person]
-    if not asked:
+    if person not in _looked_up(state, lookup):
         robot = (situation.toolbox.robots or ("robot",))[0]
         return AgentDecision(tool_calls=[ToolCall(name=lookup.name, arguments={lookup.params[0].name: person},
                                                   target_robot_name=robot)])
@@ -380,11 +384,10 @@ class ProceduresSkill:
             # What a team prefers, found only now, can be what a rule said is gone ("white coffee is
             # not available anymore"): nothing is started, and saying so is the answer.
             from .goals import unavailable
-            from .magma import _plain
+            from .magma import refusal
             gone = unavailable(rules, " ".join([state.request, *(s.value for s in steps if s.value)]))
             if gone is not None:
-                state.finished = True
-                return AgentDecision(say=f"Sorry, I cannot do that: {_plain(gone)}")
+                return refusal(state, gone)
         if step is None:
             from .magma import completion_message
             return AgentDecision(say=completion_message(state))
@@ -402,8 +405,7 @@ class ProceduresSkill:
         from .goals import listed
         lookup = team_lookup(situation.toolbox)
         if lookup is not None and re.search(r"\bteams?\b", " ".join(rules), re.IGNORECASE):
-            looked = {next(iter((c.get("arguments") or {}).values()), None)
-                      for c in [*state.done_calls, *state.failed] if c["name"] == lookup.name}
+            looked = _looked_up(state, lookup)
             person = next((p for p in missing if p not in looked), None)
             if person is not None:
                 return AgentDecision(tool_calls=[ToolCall(name=lookup.name, arguments={lookup.params[0].name: person},
