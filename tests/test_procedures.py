@@ -386,6 +386,29 @@ def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> Non
     assert world.coffees == [] and not asked
 
 
+@pytest.mark.parametrize("gone", ["There are no white capsules left for now.",
+                                  "We are out of white capsules until further notice."])
+@pytest.mark.parametrize("back", ["The white capsules have been restocked.", "You can use white coffee again now.",
+                                  "We have white capsules again now.", "white coffee is available again."])
+def test_coffee_said_to_be_out_in_capsules_is_refused_until_it_is_restocked(gone: str, back: str) -> None:
+    # Held-out make_coffee TeamDefinition@8: "There are no white capsules left for now." was not read
+    # as white coffee being gone, and Arthur's coffee, white by his team's taste, was started.
+    # MAGMA's other availability messages say the same, or bring the coffee back.
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Hello, please remember that team DISCO prefers white coffee by default."),
+        Stage(gone),
+        Stage("Please make coffee for Merlin.", looked_up("Merlin"), budget=1, answer=True),
+        Stage(back),
+        Stage("Please make coffee for Perez.", served("white"), budget=5, direct=True),
+    ], [COFFEE_RULE, TEAM_REGISTRY_RULE])
+    assert said[2].startswith("Sorry") and gone in said[2]
+    assert acknowledged(said[3], back)
+    assert world.calls == ["get_person_team(Merlin)", "get_person_team(Perez)", "position_mug_in_machine()",
+                           "insert_capsule(white)", "start_coffee_cycle()"]
+    assert not asked
+
+
 def test_the_runner_fails_a_coffee_stage_that_goes_over_its_budget() -> None:
     with pytest.raises(AssertionError, match="over its budget of 2"):
         episode(CoffeeMachine(), [Stage("Oh, okay let's do a milky instead", served("milky"), budget=2)],

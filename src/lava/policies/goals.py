@@ -48,7 +48,15 @@ _CLEAR = re.compile(rf"\b(?:remove|clear|take|empty|clean(?:\s+up)?)\s+"
                     rf"(?:(?:all|every|each)\s+(?:of\s+)?(?:the\s+)?(?:[a-z]+\s+)?(?:from|off)\s+)?"
                     rf"(?:the\s+)?(?P<place>{_PHRASE}){_END}", re.IGNORECASE)
 _GONE = re.compile(r"\b(?:there (?:is|are) no|no more|out of|ran out of|run out of)\s+(?P<what>[a-z][\w\s-]*?)"
-                   r"\s*(?:\bleft\b|\banymore\b|\bany more\b|\bavailable\b|\bin stock\b|[.,;!]|$)", re.IGNORECASE)
+                   r"\s*(?:\bleft\b|\banymore\b|\bany more\b|\bavailable\b|\bin stock\b|\buntil\b|\bfor now\b|"
+                   r"\bfor the moment\b|\bat the moment\b|[.,;!]|$)", re.IGNORECASE)
+# MAGMA's restocking messages ("white coffee is available again.", "We have white capsules again
+# now.", "The white capsules have been restocked.", "You can use white coffee again now."): the
+# things they name are no longer gone.
+_BACK = re.compile(r"\b(?:(?:is|are)\s+(?:available|in stock)\s+again|(?:has|have)\s+been\s+restocked|back in stock|"
+                   r"(?:can|may)\s+use\b[\w\s-]*\bagain|we have\b[\w\s-]*\bagain)\b", re.IGNORECASE)
+# What a thing comes in: "no white capsules left" is white coffee gone.
+_UNITS = {"capsule", "pod", "cartridge", "pack", "packet", "bag", "stock"}
 # "white coffee is not available anymore", "black and white coffee are unavailable": the things are
 # the few words before the verb, so "Note that white coffee ..." is still white coffee.
 _GONE_AFTER = re.compile(r"(?P<what>(?:[a-z][\w-]*,?\s+){0,4}[a-z][\w-]*)\s+(?:is|are)\s+(?:not available|no longer "
@@ -223,13 +231,21 @@ def cleared(request: str) -> str | None:
 
 
 def unavailable(rules: Sequence[str], request: str) -> str | None:
-    """A rule saying that something the request needs is gone ("There is no black coffee anymore")."""
+    """A rule saying that something the request needs is gone ("There is no black coffee anymore",
+    "We are out of white capsules until further notice"), unless a later one says it is back."""
     wanted = words(request)
+    back: set[str] = set()  # words of what later rules said is available again
     for rule in reversed(rules):
+        if _BACK.search(rule):
+            back |= words(rule) - _NOT_THE_THING - _UNITS
+            continue
         for match in (_GONE.search(rule), *_GONE_AFTER.finditer(rule)):
             parts = re.split(r",|\band\b|\bor\b", match["what"]) if match else []
-            if any((gone := words(part) - _NOT_THE_THING) and gone <= wanted for part in parts):
-                return rule
+            for part in parts:
+                gone = words(part) - _NOT_THE_THING
+                gone = gone - _UNITS or gone  # "white capsules": white
+                if gone and gone <= wanted and not gone <= back:
+                    return rule
     return None
 
 
@@ -416,6 +432,7 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
     others: str | None = None
     for rule in rules:
         this_rule: set[frozenset[str]] = set()
+        named_here: set[str] = set()  # "ref_obj_3 is Rare, and every other object is B": B is all but these
         for part in _PARTS.split(rule):
             if not part.strip():
                 continue
@@ -435,10 +452,13 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                 continue
             if named:
                 member.update(dict.fromkeys(named, cat))
+                named_here.update(named)
             elif _ALL.search(part):
                 member = dict.fromkeys(objects, cat)
             elif _OTHERS.search(part):
-                member.update({o: cat for o in objects if o not in member})
+                # MAGMA's "one vs the rest" assignment: every object this rule does not name, whatever
+                # an older rule said of it.
+                member.update({o: cat for o in objects if o not in named_here})
     return member, routes, others
 
 

@@ -62,6 +62,12 @@ _EDITS = frozenset(("replace", "change", "update", "swap", "modify", "substitute
 _STANDING = re.compile(r"\b(?:default|standard|usual)\s+(?:\w+\s+)?(?:recipe|rule|composition|menu)s?\b",
                        re.IGNORECASE)
 
+# What is in stock, gone or back ("We are out of white capsules until further notice.", "You can use
+# white coffee again now.", "The white capsules have been restocked."): a fact for later requests.
+_STOCK = re.compile(r"\b(?:we are out of|until further notice|(?:is|are)\s+(?:available|in stock)\s+again|"
+                    r"(?:has|have)\s+been\s+restocked|back in stock|(?:can|may)\s+use\b[\w\s-]*\bagain\s+now|"
+                    r"we have\b[\w\s-]*\bagain)\b", re.IGNORECASE)
+
 # "Use these rules from now on: ref_obj_2 goes to area5": adopting rules is not acting on them.
 _ADOPT = frozenset(("use", "apply", "follow", "adopt", "keep", "consider"))
 _RULES_NOUN = re.compile(r"\b(?:rules?|assignments?|defaults?|constraints?|conventions?)\b", re.IGNORECASE)
@@ -115,6 +121,8 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     opening = clauses[0] if clauses else ""
     if acting and set(acting) <= _EDITS and _STANDING.search(text) and not _WANT.search(text):
         return "acknowledge"  # "In the default recipe, replace ananas with water": the rule changes
+    if _STOCK.search(text) and not _WANT.search(text) and not (verbs and verbs[0] in acting and verbs[0] != "use"):
+        return "acknowledge"
     if (verbs and verbs[0] in acting and verbs[0] not in ("forget", "remember") and not _STRONG_INFORM.match(opening)
             and not _adopts_rules(verbs[0], opening, text)):
         return "act"
