@@ -250,6 +250,29 @@ def test_setting_the_table_reuses_clean_objects_and_washes_what_it_lacks() -> No
     assert not any("FAILED" in call for call in world.calls), world.calls
 
 
+def test_setting_the_table_with_too_little_clean_food_sets_what_is_clean_and_says_what_lacks() -> None:
+    # Held-out table_cleaning AdvancedDefinition@6: mango_1, one of the two mangos asked for, was dirty
+    # (food is not washed). lava left the turn to the model, which tried to store the dirty mango as
+    # dishware until the stage budget ran out.
+    world = KitchenWorld({"orange_1": "table", "mango_1": "table", "bowl_1": "table", "mug_2": "table",
+                          "sponge": "table", "mango_2": "food_storage", "bowl_2": "dish_storage"},
+                         {"mango_1", "bowl_1"})
+
+    def right(w: KitchenWorld) -> int:
+        """ArrangeAndCleanObjectsStage's count for the request: 2 mangos and 2 bowls on the table, the
+        orange and the mug stored, all clean."""
+        on_table = [t for t, p in w.where.items() if p == "table" and t not in w.dirty]
+        return (min(2, sum(t.startswith("mango_") for t in on_table)) + min(2, sum(t.startswith("bowl_")
+                                                                                  for t in on_table))
+                + (w.where.get("orange_1") == "food_storage") + (w.where.get("mug_2") == "dish_storage"))
+
+    said = Episode(world).act("Set the table with 2 mangos and 2 bowls.", right, 5)
+    assert world.where == {"orange_1": "food_storage", "mango_1": "trashcan", "bowl_1": "table",
+                           "mug_2": "dish_storage", "sponge": "table", "mango_2": "table", "bowl_2": "table"}
+    assert said.startswith("Done.") and "Only 1 clean mango of the 2 asked for could be set: mango_1 is dirty." in said
+    assert not any("FAILED" in call for call in world.calls), world.calls
+
+
 @pytest.mark.parametrize(("request_text", "goal"), [
     ("Clean all dirty dishes in the sink.", "wash"),
     ("Store the clean dishware and clear the table by putting every object in its correct location.", "store"),

@@ -234,7 +234,8 @@ class KitchenSkill:
         if calls:
             return AgentDecision(tool_calls=calls)
         if self.done(found, goal, notes):
-            return AgentDecision(say=self.summary(goal))
+            lacking = self.shortfall(found, setting(state.request) or {}, notes) if goal == "set" else ""
+            return AgentDecision(say=f"{self.summary(goal)} {lacking}".strip())
         return None
 
     @staticmethod
@@ -251,7 +252,9 @@ class KitchenSkill:
                     ) -> dict[str, str] | None:
         """Where each object ends when the table is set: the requested counts on the table, clean ones
         already there first, then clean ones from elsewhere, then dishware to wash; the rest away.
-        None when the scene lacks what is asked (lava's reading is wrong: the model decides)."""
+        Dirty food cannot be washed: when too little is clean, what is clean is set (`shortfall` says
+        what is missing). None when the scene has no such kind (lava's reading is wrong: the model
+        decides)."""
         where, dirty = notes.get("where") or {}, set(notes.get("dirty") or [])
         held = {t: r for r, t in (notes.get("held") or {}).items()}
         things = sorted({*where, *held})
@@ -263,13 +266,28 @@ class KitchenSkill:
                 return None
             usable = [t for t in things if stem(t) == k and not (t in dirty and kind(t, food) != "dishware")]
             usable.sort(key=lambda t: (t in dirty, where.get(t) != found.table, t))
-            if len(usable) < count:
-                return None
             targets.update({t: found.table for t in usable[:count]})
         for thing in things:
             if thing not in targets and (home := self.home(found, thing, notes)) is not None:
                 targets[thing] = home
         return targets
+
+    @staticmethod
+    def shortfall(found: Kitchen, counts: Mapping[str, int], notes: Mapping[str, Any]) -> str:
+        """What the set table lacks, said to the user ("Only 1 clean mango could be set: mango_1 is
+        dirty."); empty when nothing is."""
+        targets, dirty = notes.get("targets") or {}, notes.get("dirty") or []
+        kinds = {stem(t) for t in targets}
+        said = []
+        for word, count in counts.items():
+            k = _kind_named(word, kinds) or word
+            placed = sum(1 for t, p in targets.items() if p == found.table and stem(t) == k)
+            if placed < count:
+                spoiled = [t for t in dirty if stem(t) == k]
+                why = f": {', '.join(spoiled)} {'is' if len(spoiled) == 1 else 'are'} dirty" if spoiled else ""
+                said.append(f"only {placed} clean {k}{'' if placed == 1 else 's'} of the {count} asked for could be "
+                            f"set{why}")
+        return (" ".join(f"{part[0].upper()}{part[1:]}." for part in said))
 
     def wanted(self, found: Kitchen, goal: str, notes: Mapping[str, Any]) -> dict[str, str]:
         """Objects not where the goal wants them, with the place each must end in."""
