@@ -365,9 +365,11 @@ class KitchenSkill:
                     add(found.storer, found.put, target, target)
             else:
                 reachable = (found.table, found.drying, found.food_store, found.dish_store)
+                # Setting the table, what the stage counts goes first: the table's objects and the
+                # stored ones; dirty food thrown away counts for nothing there.
                 ready = sorted((t for t in todo if where.get(t) in reachable
                                 and not (kind(t, food) == "dishware" and t in dirty)),
-                               key=lambda t: (where[t] != found.table, t))
+                               key=lambda t: (goal == "set" and todo[t] == found.trash, where[t] != found.table, t))
                 ready = [t for t in ready if where[t] not in spots]
                 if ready:
                     add(found.storer, found.take, ready[0], where[ready[0]])
