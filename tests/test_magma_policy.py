@@ -219,3 +219,34 @@ def test_after_a_question_answered_while_a_call_is_held_the_held_call_goes_on() 
     assert out["output"] == {"say": "", "tool_calls": []}
     (out,) = step(eng, pressed("sw2"), out["memory"], kind="env")  # the held press ran
     assert out["output"]["tool_calls"] and out["output"]["tool_calls"][0]["arguments"] == {"obj_name": "sw3"}, out
+
+
+DEPOT = {"tools": [{"name": "move_to", "description": "Move the robot to a slot.",
+                    "arguments": {"target": {"description": "Slot to reach.", "type": "str"}}},
+                   {"name": "take", "description": "Take a product at the products slot.",
+                    "arguments": {"name": {"description": "Product to take.", "type": "str"}}}],
+         "attributes": {"objects": ["box_1"], "locations": ["products_slot", "packages_slot"],
+                        "known_robots": ["panda"], "robot_statuses": {"panda": "FREE"}}}
+
+
+def test_calls_that_keep_failing_end_in_words_that_say_what_failed() -> None:
+    # Every MAGMA-BENCH episode in which lava's calls failed 5 turns in a row ran out of its budget:
+    # the model had cycled through the same refusals. lava stops there and says what failed.
+    refusal = "The robot must be at products_slot to take a product."
+    eng, _ = engine(lambda req: ['{"tool_calls": [{"robot": "panda", "name": "take", '
+                                       '"arguments": {"name": "box_1"}}]}'] * req.n)
+    (out,) = step(eng, "Please take box_1.", {}, scene=DEPOT)
+    failures = 0
+    while out["output"]["tool_calls"]:
+        call = out["output"]["tool_calls"][0]
+        failures += 1
+        assert failures <= 5, out["output"]
+        feedback = json.dumps({"infos": f"panda: {call['name']} failed with message: {refusal}",
+                               "previous_tool_call": {"panda": {"name": call["name"], "arguments": call["arguments"]}}})
+        (out,) = step(eng, feedback, out["memory"], kind="env", scene=DEPOT)
+    assert failures == 5
+    said = out["output"]["say"]
+    assert said.startswith("I stopped: my last 5 attempts failed.") and refusal in said, said
+    # The next request starts afresh.
+    (out,) = step(eng, "Please move to products_slot.", out["memory"], scene=DEPOT)
+    assert out["output"]["tool_calls"], out["output"]
