@@ -125,6 +125,20 @@ def test_an_exception_in_the_request_is_kept_with_the_fewest_moves() -> None:
     assert len(world.calls) == 1 + 2 * 5
 
 
+def test_a_cube_kept_on_the_table_is_one_that_had_to_move_anyway() -> None:
+    # Held-out color_sorting SortingDefinition@10: lava left blue_cube_2 on the table, taking it from the
+    # blue tray where it already belonged; the stage's count did not move and its budget ran out.
+    world = CubeWorld({"table": ["blue_cube_1"],
+                       "blue_tray": ["blue_cube_2", "blue_cube_3", "green_cube_1", "green_cube_2", "green_cube_3"],
+                       "green_tray": ["blue_cube_4", "green_cube_4"]})
+    episode(world, "Please sort all the cubes by color: put each cube in the tray matching its color. "
+                   "Leave 2 blue cubes on the table.")
+    assert {place: sorted(cubes) for place, cubes in world.places.items()} == {
+        "table": ["blue_cube_1", "blue_cube_4"], "blue_tray": ["blue_cube_2", "blue_cube_3"],
+        "green_tray": ["green_cube_1", "green_cube_2", "green_cube_3", "green_cube_4"]}
+    assert "take(blue_cube_2)" not in world.calls and len(world.calls) == 1 + 2 * 4
+
+
 def test_explicit_moves_are_done_in_order_with_real_cube_names() -> None:
     # color_sorting-003 of a real run: the model tried take(name="yellow") and never looked.
     world = CubeWorld({"table": ["blue_cube_1"], "yellow_tray": ["yellow_cube_1", "blue_cube_2", "yellow_cube_2"],

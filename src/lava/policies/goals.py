@@ -741,8 +741,10 @@ def targets(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None) ->
     for count, what, place in goal.keep:
         fitting = [t for t in things if _matches(what, t)]
         # Those already there first (leaving them costs nothing), then the one in hand (the choice
-        # must not change once it is taken).
-        fitting.sort(key=lambda t: 0 if where(scene, t) == place else 1 if t == held else 2)
+        # must not change once it is taken), then those that must move anyway (blue_cube_4 in the
+        # green tray): one that already sits in its own tray would cost a move that gains nothing.
+        fitting.sort(key=lambda t: 0 if where(scene, t) == place else 1 if t == held
+                     else 3 if where(scene, t) == wanted.get(t) else 2)
         for thing in fitting[:count]:
             wanted[thing] = place
     return wanted
