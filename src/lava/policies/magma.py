@@ -48,6 +48,7 @@ from .goals import (
     cleared,
     cycle_answer,
     cycle_goal,
+    default_news,
     listed,
     next_step,
     place_named,
@@ -988,6 +989,9 @@ class MagmaPolicy(Policy):
                 # "... However, you must not use area2 anymore": it holds for the requests after this one.
                 for clause in area_news(instruction.content, location_values(situation.attributes)):
                     state.remember_rule(clause)
+                for sentence in default_news(instruction.content, object_values(situation.attributes),
+                                             location_values(situation.attributes)):
+                    state.remember_rule(sentence)
             running = intent == "act" and state.intent == "act" and bool(state.request) and not state.finished
             interrupts = running and _INTERRUPT.search(instruction.content) is not None
             if answers:
