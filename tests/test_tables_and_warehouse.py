@@ -395,6 +395,30 @@ def test_warehouse_a_request_naming_one_tool_and_one_value_is_that_call() -> Non
     assert not asked
 
 
+def test_warehouse_a_request_naming_one_tool_and_two_values_is_one_call_for_each() -> None:
+    # Held-out SortingCategoryDefinition@9: "Please remove area5 and area1 from your knowledge base."
+    # removed area5 only, then said it was done.
+    world = Warehouse(5)
+    removed: list[str] = []
+    run = world.run
+
+    def run_with_locations(name: str, arguments: dict) -> tuple[bool, str]:
+        if name == "remove_location":
+            world.calls.append(f"{name}({arguments['location_name']})")
+            removed.append(arguments["location_name"])
+            return True, f"{arguments['location_name']} was removed from known areas"
+        return run(name, arguments)
+
+    world.run = run_with_locations  # type: ignore[method-assign]
+    said, asked = episode(world, [
+        Stage("Please update the rules: all objects are Category 2."),
+        Stage("Please remove area5 and area1 from your knowledge base.", lambda w: len(removed) == 1, budget=1),
+        Stage(None, lambda w: len(removed) == 2, budget=1, answer=True),
+    ], WAREHOUSE_RULES)
+    assert world.calls == ["remove_location(area5)", "remove_location(area1)"]
+    assert said[-1].startswith("Done") and not asked
+
+
 def test_warehouse_a_paused_object_is_refused_until_the_user_resumes_it() -> None:
     # Held-out SimpInterdictionPreset1: the cycle for all objects must be refused while ref_obj_1 is paused.
     rules = ["The default cycle rule is area2 for ref_obj_1 and area1 for ref_obj_2",

@@ -22,7 +22,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..backends.base import Backend, GenerationRequest, Message
@@ -248,6 +248,22 @@ def refusal(state: TaskState, rule: str) -> AgentDecision:
     return AgentDecision(say=f"Sorry, I cannot do that: {_plain(rule)}")
 
 
+def _governed(request: str, own: Iterable[str], values: Sequence[str]) -> list[str]:
+    """The values that follow one of a tool's own words, in order: "remove area5 and area1 from ..."
+    gives both, "remove area2 ... and consider area4 as the default" only area2."""
+    by_word = {v.lower(): v for v in values}
+    out: list[str] = []
+    for found in re.finditer(rf"\b(?:{'|'.join(sorted(own))})\b", request, re.IGNORECASE):
+        for token in re.finditer(r"[\w-]+", request[found.end():]):
+            word = token.group(0).lower()
+            if word in ("the", "and", "also", "both", "then"):
+                continue
+            if word not in by_word:
+                break
+            out.append(by_word[word])
+    return list(dict.fromkeys(out))
+
+
 def stalled(state: TaskState) -> AgentDecision:
     """The answer once calls keep failing: what failed last, and a question, where more calls would
     only spend the user's budget on the same refusals (it ends the request)."""
@@ -332,7 +348,8 @@ class MagmaPolicy(Policy):
     def named_call(self, situation: Situation, state: TaskState) -> AgentDecision | None:
         """A request that names one tool by its own words and one value for it ("we won't use area2
         anymore, you can remove it": remove_location(area2); "a new area, called area4":
-        add_new_location(area4)) is that call, once."""
+        add_new_location(area4)) is that call, once; with a list of values after the tool's word
+        ("remove area5 and area1"), one call per value, in order."""
         robots = situation.toolbox.robots or ()
         if len(robots) != 1 or not state.request:
             return None
@@ -350,17 +367,20 @@ class MagmaPolicy(Policy):
                        if v not in values]
         values = values or re.findall(r"\b(?:called|named)\s+([A-Za-z][\w-]*)", state.request)
         if len(values) > 1:
-            # "remove area2 from your known area and consider area4 as the default": the value the
-            # tool's own word governs.
-            own = "|".join(sorted(found[0][1]))
-            values = [v for v in values if re.search(rf"\b(?:{own})\s+(?:the\s+)?{re.escape(v)}\b", state.request,
-                                                     re.IGNORECASE)]
-        if len(values) != 1:
+            # "remove area2 from your known area and consider area4 as the default": the values the
+            # tool's own word governs ("remove area5 and area1").
+            values = _governed(state.request, found[0][1], values)
+        if not values:
             return None
-        call = _call(tools[0], robots[0], values[0])
-        if state.done_calls == [{"robot": robots[0], "name": tools[0].name, "arguments": call.tool_calls[0].arguments}]:
+        planned = [{"robot": robots[0], "name": tools[0].name, "arguments": {param.name: v}} for v in values]
+        done = state.done_calls
+        if done != planned[:len(done)] or state.last_failed:
+            return None  # something else happened: the model decides
+        if len(done) == len(planned):
             return AgentDecision(say=completion_message(state))
-        return call if not state.done_calls and situation.instruction.type == "user" else None
+        if not done and situation.instruction.type != "user":
+            return None
+        return _call(tools[0], robots[0], values[len(done)])
 
     @staticmethod
     def known_answer(situation: Situation, state: TaskState) -> str | None:
