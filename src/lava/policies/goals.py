@@ -508,8 +508,6 @@ def area_news(text: str, areas: Sequence[str]) -> list[str]:
 # "And consider ref_obj_3 to area1, ref_obj_2 to area4 as new default assignments.": said in a request,
 # it holds for the cycles after it.
 _NEW_DEFAULT = re.compile(r"\bas\s+(?:the\s+|a\s+|my\s+)?(?:new\s+)?defaults?\b|\bnew\s+defaults?\b", re.IGNORECASE)
-
-
 _CONSIDER = re.compile(r"\bconsider\b.*", re.IGNORECASE | re.DOTALL)
 
 

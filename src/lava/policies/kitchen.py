@@ -278,8 +278,8 @@ class KitchenSkill:
 
     @staticmethod
     def shortfall(found: Kitchen, counts: Mapping[str, int], notes: Mapping[str, Any]) -> str:
-        """What the set table lacks, said to the user ("Only 1 clean mango could be set: mango_1 is
-        dirty."); empty when nothing is."""
+        """What the set table lacks, said to the user ("Only 1 clean mango of the 2 asked for could be
+        set: mango_1 is dirty."); empty when nothing is."""
         targets, dirty = notes.get("targets") or {}, notes.get("dirty") or []
         kinds = {stem(t) for t in targets}
         said = []
@@ -291,7 +291,7 @@ class KitchenSkill:
                 why = f": {', '.join(spoiled)} {'is' if len(spoiled) == 1 else 'are'} dirty" if spoiled else ""
                 said.append(f"only {placed} clean {k}{'' if placed == 1 else 's'} of the {count} asked for could be "
                             f"set{why}")
-        return (" ".join(f"{part[0].upper()}{part[1:]}." for part in said))
+        return " ".join(f"{part[0].upper()}{part[1:]}." for part in said)
 
     def wanted(self, found: Kitchen, goal: str, notes: Mapping[str, Any]) -> dict[str, str]:
         """Objects not where the goal wants them, with the place each must end in."""
