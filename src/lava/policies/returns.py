@@ -304,7 +304,7 @@ class Plan:
 
     # -- deliveries -------------------------------------------------------------------------
 
-    def delivery(self, robot: str, deliveries: Sequence[Delivery], first_only: bool) -> tuple[str, Call | None]:
+    def delivery(self, robot: str, deliveries: Sequence[Delivery]) -> tuple[str, Call | None]:
         t = self.tools
         if t.take_box is None or t.drop_box is None or t.label is None:
             return "unsure", None
@@ -347,9 +347,7 @@ class Plan:
         if not has_box:
             if at != bay:
                 return "busy", (robot, t.move.name, self.arg(t.move, bay))
-            return ("busy", (robot, t.take_box.name, {})) if not first_only else ("busy", None)
-        if first_only:
-            return "busy", None
+            return "busy", (robot, t.take_box.name, {})
         if held:
             return "busy", (robot, t.put.name, self.arg(t.put, t.package))
         missing = list((Counter({k: n for k, n in order.products}) -
@@ -452,7 +450,7 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     # costliest objective) counts every robot's calls and the returns' first objective ends the first
     # stage, so the courier spends what the returns leave of it; the delivery alone then overran the
     # last stage of held-out SimpleReceptionDeliveryDefinition@9.
-    d_status, d_call = plan.delivery(courier, deliveries, first_only=False) if deliveries else ("done", None)
+    d_status, d_call = plan.delivery(courier, deliveries) if deliveries else ("done", None)
     if d_status == "unsure":
         return None
     if r_status == "done" and d_status == "done":
@@ -462,16 +460,16 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     calls = [c for c in (r_call, d_call) if c is not None]
     # One robot per spot: a move toward where the other robot stands, or is going this turn, waits.
     # The returns go first; a keeper done with them and in the courier's way goes home.
+    def move_target(call: Call | None) -> Any:
+        return next(iter(call[2].values()), None) if call is not None and call[1] == tools.move.name else None
+
     keeper_at = _where(state.episode_calls, keeper, tools.move.name) or home
     courier_at = _where(state.episode_calls, courier, tools.move.name)
-    if r_call is not None and r_call[1] == tools.move.name and plan.value({"arguments": r_call[2]}) == courier_at:
+    if courier_at is not None and move_target(r_call) == courier_at:
         calls.remove(r_call)
         r_call = None
-    if d_call is not None and d_call[1] == tools.move.name:
-        spot = plan.value({"arguments": d_call[2]})
-        keeper_to = plan.value({"arguments": r_call[2]}) if r_call is not None and r_call[1] == tools.move.name \
-            else None
-        if spot == keeper_to or (spot == keeper_at and r_call is not None):
+    if (spot := move_target(d_call)) is not None:
+        if spot == move_target(r_call) or (spot == keeper_at and r_call is not None):
             calls.remove(d_call)
         elif spot == keeper_at and r_status == "done" and keeper_at != home:
             calls = [(keeper, tools.move.name, plan.arg(tools.move, home))]
@@ -483,7 +481,7 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     taken = {v for c in calls for v in c[2].values()}
     taken |= {b for d in deliveries for b in plan.targets if d.service and d.service in _parts(b)}
     for _index, call in enumerate(list(calls)):
-        target = next(iter(call[2].values()), None) if call[1] == tools.move.name else None
+        target = move_target(call)
         occupant = blocked.get(target) if target else None
         if occupant and occupant != call[0]:
             calls.remove(call)
