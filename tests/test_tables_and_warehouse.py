@@ -773,6 +773,26 @@ def test_table_cleaning_000_answers_once_the_table_is_cleared_then_wipes_it() ->
     assert world.places["table"] == ["sponge"] and len(said) == 2
 
 
+def test_clean_and_wipe_clears_the_table_first_as_the_wipe_rule_says() -> None:
+    # Held-out table_cleaning SimpleDefinition@11: "Clean and wipe the table." (MAGMA's combined
+    # CleanTable request: ClearTableStage, 5 calls, then WipeStage, 4) took the sponge and wiped at
+    # once, though the rule says "To wipe the table, first clear it": "The table is not empty." until
+    # the clearing stage's budget was spent. The dirty mug goes to the washing machine first.
+    def model(req: GenerationRequest) -> list[str]:
+        assert req.component == "classes", req.component
+        return ['{"class": "dishware"}'] * req.n
+
+    world = Kitchen({"table": ["mug_1", "sponge"], "food_storage": ["orange_2", "orange_1", "mango_2"],
+                     "dish_storage": ["goblet_2", "bowl_2"]}, dirty=("mug_1",))
+    said, _ = episode(world, [
+        Stage("Clean and wipe the table.", lambda k: k.places["table"] == ["sponge"] and k.held is None, budget=5),
+        Stage(None, wiped_and_put_back, budget=4, answer=True),
+    ], KITCHEN_RULES, model)
+    assert world.calls == ["detect()", "take(mug_1)", "inspect()", "put(washing_machine)",
+                           "take(sponge)", "wipe()", "put(table)"]
+    assert world.places["table"] == ["sponge"] and said[-1].startswith("Done")
+
+
 def test_wiping_follows_the_rule_step_by_step_and_puts_the_sponge_back() -> None:
     # The wipe stage of table_cleaning-000 on its own: the table holds only the sponge.
     world = Kitchen({**TC000, "table": ["sponge"], "dish_storage": ["mug_2", "goblet_1", "goblet_2"]})

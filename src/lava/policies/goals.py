@@ -719,15 +719,35 @@ def cycle_goal(cycle: Cycle | None) -> Goal | None:
 _RECIPE = re.compile(r"^\s*to\s+(?P<verb>[a-z]+)\b[^,]*,(?P<rest>.*)$", re.IGNORECASE)
 
 
+def _recipe_rule(request: str, rules: Sequence[str]) -> re.Match[str] | None:
+    asked = words(request)
+    return next((m for rule in rules if (m := _RECIPE.match(rule)) and m["verb"].lower() in asked), None)
+
+
 def recipe(request: str, rules: Sequence[str]) -> list[str]:
     """The ordered clauses of a rule saying how to do what the request asks ("To wipe the table, first
     clear it, take the sponge, use wipe, then put the sponge back on the table" for "Now wipe the table")."""
-    asked = words(request)
-    for rule in rules:
-        m = _RECIPE.match(rule)
-        if m and m["verb"].lower() in asked:
-            return [c.strip() for c in re.split(r",|;|\bthen\b", m["rest"]) if c.strip()]
-    return []
+    m = _recipe_rule(request, rules)
+    return [c.strip() for c in re.split(r",|;|\bthen\b", m["rest"]) if c.strip()] if m else []
+
+
+_EMPTYING = re.compile(r"\b(?:clear|empty)\b", re.IGNORECASE)
+
+
+def recipe_clearing(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal | None:
+    """The clearing a recipe asks for before its own steps ("To wipe the table, first clear it, ..."
+    for "Clean and wipe the table."): the place it names, else the one its head names. What the
+    recipe itself uses (the sponge) stays."""
+    m = _recipe_rule(request, rules)
+    if m is None:
+        return None
+    places = list(places)
+    for clause in re.split(r",|;|\bthen\b", m["rest"]):
+        if _EMPTYING.search(clause):
+            named = [p for p in places if words(p) <= words(clause)] or \
+                [p for p in places if words(p) <= words(m.string[:m.start("rest")])]
+            return Goal(clear=named[0], spare=frozenset(words(m.string))) if len(named) == 1 else None
+    return None
 
 
 _ITEM = re.compile(rf"\b(?P<count>{STATED})\s+(?P<what>[a-z]+)\b", re.IGNORECASE)
@@ -856,6 +876,7 @@ __all__ = [
     "read_cycle",
     "read_goal",
     "recipe",
+    "recipe_clearing",
     "routed",
     "routes",
     "sibling_home",

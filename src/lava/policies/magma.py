@@ -55,6 +55,7 @@ from .goals import (
     read_cycle,
     read_goal,
     recipe,
+    recipe_clearing,
     routed,
     routes,
     sibling_home,
@@ -498,6 +499,10 @@ class MagmaPolicy(Policy):
             return _call(take if step.action == "take" else put, robot, step.value)
         looked_last = self.looked_last(situation, state)
         goal = read_goal(state.request, rules, state.scene, scene=state.scene, held=state.held)
+        if goal is None and (clearing := recipe_clearing(state.request, rules, state.scene)) is not None:
+            left = [*state.scene.get(clearing.clear or "", []), *([state.held] if state.held else [])]
+            if any(not words(stem(t)) & clearing.spare for t in left):
+                goal = clearing  # the recipe's own steps wait until the place is clear
         check = check_tool(situation.toolbox)
         if goal is None:
             if (steps := self.recipe_steps(situation, state, rules)) is not None:
@@ -555,8 +560,9 @@ class MagmaPolicy(Policy):
                     return None
                 steps.append((put, place))
         done = 0
-        for call in state.done_calls:
-            if done < len(steps) and call["name"] == steps[done][0].name:
+        for call in state.done_calls:  # the clearing before the steps takes and puts other things
+            if done < len(steps) and call["name"] == steps[done][0].name and (
+                    steps[done][1] is None or steps[done][1] in (call.get("arguments") or {}).values()):
                 done += 1
         if done >= len(steps):
             return AgentDecision(say=completion_message(state))
