@@ -489,6 +489,35 @@ def test_laundry_002_a_detergent_replaced_while_loading_is_the_one_put_in(tools:
     assert not asked
 
 
+LD011_RULE = ("Hello, please remember that blue_jeans use detergent_ARIEL, cotton_socks, t_shirt, and linen_blouse "
+              "use detergent_TIDE, boxer_briefs, briefs, gym_shorts, and chino_pants use detergent_GAIN.")
+
+
+def test_laundry_questions_are_answered_from_the_rules_not_guessed() -> None:
+    # Held-out laundry MainDefinition@11: "What detergents can wash chino_pants, gym_shorts, and
+    # linen_blouse?" went to the model, which answered with all three detergents (MAGMA's answer:
+    # "chino_pants and gym_shorts can be washed with detergent_GAIN, linen_blouse can be washed with
+    # detergent_TIDE"). Both of MAGMA's laundry questions, and a later rule that regroups a cloth.
+    world = WashingMachine()
+    update = "Hello, please remember that gym_shorts use detergent_ARIEL."
+    said, asked = episode(world, [
+        Stage(LD011_RULE),
+        Stage("What detergents can wash chino_pants, gym_shorts, and linen_blouse?"),
+        Stage("Which clothes use 'detergent_TIDE'?"),
+        Stage("What detergent can wash baseball_cap?"),
+        Stage(update),
+        Stage("What detergents can wash gym_shorts and chino_pants?"),
+        Stage("Which clothes use 'detergent_ARIEL'?"),
+    ], LAUNDRY_RULES)
+    assert said[1:4] == [
+        "chino_pants and gym_shorts can be washed with detergent_GAIN, linen_blouse can be washed with detergent_TIDE.",
+        "Clothes using 'detergent_TIDE' are: cotton_socks, t_shirt, linen_blouse.",
+        "No detergent is associated with baseball_cap."]
+    assert said[5:] == ["gym_shorts can be washed with detergent_ARIEL, chino_pants can be washed with detergent_GAIN.",
+                        "Clothes using 'detergent_ARIEL' are: blue_jeans, gym_shorts."]
+    assert world.calls == [] and not asked
+
+
 # -- pure readers, on the rules as the benchmark words them --
 
 def coffee_box(tools: list[dict] = COFFEE_TOOLS) -> ToolBox:

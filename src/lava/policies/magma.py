@@ -35,6 +35,7 @@ from ..settings import Settings
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec, robot_statuses
 from . import sequences, skills
+from .associations import association_answer
 from .base import CandidateResult, Policy, model_step
 from .commander import Commander, Proposal
 from .demos import _PUT, finisher, pick_and_place_demo, roles
@@ -391,11 +392,14 @@ class MagmaPolicy(Policy):
         asked_of += [digest.split(" -> ", 1)[0] for digest in reversed(state.earlier)]
         if (said := delivery_answer(state.request, asked_of)) is not None:
             return said
+        rules = [*situation.memory.memory_list, *state.rules]
+        if (said := association_answer(state.request, rules, situation.attributes)) is not None:
+            return said
         observe, take, put = roles(situation.toolbox)
         if observe is not None or take is None or put is None or state.scene is not None:
             return None
-        return cycle_answer(state.request, [*situation.memory.memory_list, *state.rules],
-                            object_values(situation.attributes), location_values(situation.attributes))
+        return cycle_answer(state.request, rules, object_values(situation.attributes),
+                            location_values(situation.attributes))
 
     def acting_tool(self, situation: Situation) -> ToolSpec:
         return next(t for t in situation.toolbox.tools if t.name != CANCEL_TOOL and t.params)
