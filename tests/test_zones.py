@@ -232,6 +232,40 @@ def test_small_move_set_episode_with_a_priority_rule() -> None:
     assert world.calls[2:] == ["arm2.deplace(apple_1, right_zone)", "arm1.deplace(banana_0, left_zone)"]
 
 
+def test_scene_questions_are_answered_from_a_look_and_the_moves_since() -> None:
+    # Held-out bi_robot_sorting (BiRobotSorting@12/@13/@18, SmallMoveSet@15/@16/@19): 5 of 7 questions
+    # about the trays went to the model, which said "There are no objects currently in the left tray.",
+    # "The banana and the orange are damaged." or the question back. MAGMA's question stages allow the
+    # inspection tool before the answer (arm1 only); moves lava made since are tracked, not looked at.
+    world = BiWorld({"left_zone": ["apple_0", "orange_1", "banana_1", "orange_0"],
+                     "mutual_zone": ["apple_2", "apple_1"], "right_zone": ["banana_0", "banana_2", "orange_2"]},
+                    ["apple_0", "banana_2"])
+    run = Episode(world, memory_list=DEFINITION_MEMORY)
+
+    def ask(question: str) -> str:
+        decision = run.turn({"type": "user", "content": question})
+        while decision["tool_calls"]:
+            decision = run.turn({"type": "env", "content": world.run(decision["tool_calls"])})
+        return decision["say"]
+
+    assert ask("What objects are currently in the left tray?") == \
+        "The left tray contains 1 apple object, 1 banana object and 2 orange objects."
+    assert world.calls == ["arm1.get_objects_state()"]
+    assert ask("Which objects are damaged?") == "The damaged objects are apple_0, banana_2."
+    assert ask("In which tray are all apple objects located?") == \
+        "The apple objects are not all in one tray: 1 in the left tray and 2 in the mutual tray."
+    run.act("Perform the following fruit movements in any order: move 1 banana object from the left tray to the "
+            "mutual tray. Only move intact objects.", dict(world.where, banana_1="mutual_zone"))
+    assert ask("What objects are currently in the left tray?") == \
+        "The left tray contains 1 apple object and 2 orange objects."
+    assert ask("In which tray are all orange objects located?") == \
+        "The orange objects are not all in one tray: 2 in the left tray and 1 in the right tray."
+    run.act("Perform the following fruit movements in any order: move 1 banana object from the mutual tray to the "
+            "right tray. Only move intact objects.", dict(world.where, banana_1="right_zone"))
+    assert ask("In which tray are all banana objects located?") == "All banana objects are in the right tray."
+    assert world.calls.count("arm1.get_objects_state()") == 1
+
+
 def test_damaged_objects_moved_by_the_robots_the_user_names() -> None:
     # MAGMA's TestSortDamagedObjectsPreset, no rules: the robot sentence sent the request to the
     # model, which moved banana_0 and then tried to move it again until the budget ran out.

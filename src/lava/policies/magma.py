@@ -91,6 +91,7 @@ from .task_state import (
     remaining,
     vocabulary,
 )
+from .zones import scene_answer
 
 HISTORY_WINDOW = 12
 # A message that changes the running request rather than starting a new one.
@@ -1124,6 +1125,8 @@ class MagmaPolicy(Policy):
             return looked_up
         if state.intent == "answer" and (said := self.known_answer(situation, state)) is not None:
             return AgentDecision(say=said)
+        if state.intent == "answer" and (seen := scene_answer(situation, state)) is not None:
+            return seen
         if state.intent == "answer":
             # Words only: most question stages refuse any tool call (non_requested_action), and
             # what the robots reported so far is in the prompt.

@@ -37,7 +37,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
-from .goals import NUMBER, NUMBER_WORDS, number, stem, words
+from .goals import NUMBER, NUMBER_WORDS, listed, number, stem, words
 from .task_state import TaskState, read_results
 
 _LOCATION = re.compile(r"area|zone|locat|place|destination|target|tray|region|where|shelf|bin\b|container", re.I)
@@ -576,5 +576,67 @@ class ZonesSkill:
         return AgentDecision(tool_calls=[call])
 
 
+# -- questions about the scene --------------------------------------------------------------
+
+_ASK_DAMAGED = re.compile(r"^\s*(?:which|what)\s+(?:objects?|items?|fruits?|things?)\s+(?:are|is)\s+damaged\s*\?",
+                          re.IGNORECASE)
+_ASK_CONTENTS = re.compile(r"^\s*what\s+(?:objects?|items?|fruits?|things?)\s+(?:are|is)\s+(?:currently\s+|now\s+)?"
+                           r"(?:in|on)\s+(?:the\s+)?(?P<place>[\w\s-]+?)\s*\?", re.IGNORECASE)
+_ASK_KIND = re.compile(r"^\s*(?:in|on)\s+which\s+(?P<noun>[a-z]+)\s+(?:are|is)\s+(?:all\s+)?(?:the\s+)?"
+                       r"(?P<kind>[a-z]+?)s?\s+(?:objects?\s+)?(?:located|placed|stored)?\s*\?", re.IGNORECASE)
+
+
+def _counted(things: Sequence[str]) -> str:
+    kinds = sorted({stem(t) for t in things})
+    parts = [f"{n} {k} object{'' if n == 1 else 's'}" for k in kinds if (n := sum(stem(t) == k for t in things))]
+    return listed(parts)
+
+
+def scene_answer(situation: Situation, state: TaskState) -> AgentDecision | None:
+    """A question about where things are or which are damaged ("What objects are currently in the left
+    tray?", "Which objects are damaged?", "In which tray are all banana objects located?"), answered
+    from the skill's picture of the scene: one look first when it has none (MAGMA's question stages
+    allow the inspection tool before the answer). None for other questions."""
+    rules = [*situation.memory.memory_list, *state.rules]
+    found = shape(situation, [*rules, state.request])
+    if found is None:
+        return None
+    question = state.request
+    contents, kind = _ASK_CONTENTS.match(question), _ASK_KIND.match(question)
+    place = place_of(contents["place"], found.places) if contents else None
+    if not (_ASK_DAMAGED.match(question) or place is not None or kind is not None):
+        return None
+    notes = dict(state.notes.get(ZonesSkill.name) or {})
+    try:
+        if notes.get("request") != state.request:
+            notes.update(request=state.request, want=None, order=[], movers={}, moved=[], retries={}, looks=0)
+        if not notes.get("where") or notes.get("stale"):
+            return ZonesSkill.look(found, situation, notes)
+    finally:
+        state.notes = {**state.notes, ZonesSkill.name: notes}
+    where: dict[str, str] = notes["where"]
+    if place is not None:
+        there = [t for t, p in where.items() if p == place]
+        named = contents["place"].strip() if contents else place
+        return AgentDecision(say=f"The {named} contains {_counted(there)}." if there else f"The {named} is empty.")
+    if kind is not None:
+        things = [t for t in where if stem(t).lower() == kind["kind"].lower()]
+        if not things:
+            return None  # a kind lava does not see: the model answers
+        places = [p for p in found.places if any(where[t] == p for t in things)]  # report places are known ones
+        noun = kind["noun"].lower()
+
+        def called(p: str) -> str:
+            return f"{' '.join(sorted(words(p) - GENERIC_PLACE)) or p} {noun}"
+
+        if len(places) == 1:
+            return AgentDecision(say=f"All {kind['kind']} objects are in the {called(places[0])}.")
+        spread = [f"{sum(where[t] == p for t in things)} in the {called(p)}" for p in places]
+        return AgentDecision(say=f"The {kind['kind']} objects are not all in one {noun}: {listed(spread)}.")
+    damaged = [t for t in notes.get("damaged") or [] if t]
+    return AgentDecision(say=f"The damaged objects are {', '.join(damaged)}." if damaged else
+                         "There are no damaged objects.")
+
+
 __all__ = ["Goal", "Reach", "Shape", "ZonesSkill", "desired", "place_of", "plan_turn", "read_goal",
-           "read_reach", "read_report", "shape"]
+           "read_reach", "read_report", "scene_answer", "shape"]
