@@ -413,3 +413,30 @@ def test_the_delivery_runs_beside_the_returns_and_never_into_the_keeper() -> Non
     # Both robots work in the first stages; the last is the delivery's end alone.
     assert world.calls.index("preparation_robot_a.take_package()") < world.calls.index("reception_robot.put(trashcan)")
     assert max(stages) <= 12, stages
+
+
+def test_an_idle_robot_on_a_storage_spot_steps_aside_when_every_bay_is_spoken_for() -> None:
+    # Held-out AdvancedDeliveryDefinition@14: two deliveries (standard and priority) claim every output
+    # bay, so preparation_robot_b, idle on textile_spot from the start, had nowhere to go when the
+    # reception robot brought the clean textiles there; the model then tried the bays, out of the
+    # reception robot's reach, until lava stopped after five failures.
+    reception = ["drinks_3", "electronics_3", "snacks_0", "textile_0", "textile_2"]
+    broken = ["drinks_3", "electronics_3"]
+    storage = ["snacks_1", "snacks_2", "snacks_3", "hygiene_0", "hygiene_1", "electronics_0", "drinks_0"]
+    world = Depot(reception, storage, broken)
+    request = ("There is a client return in the reception. At the same time, prepare 2 deliveries: delivery AD-001 "
+               "for Karim Benali in Lyon, using standard service, containing 1 snacks product and 1 hygiene product "
+               "and delivery AD-002 for Alice Martin in Paris, using priority service, containing 1 snacks product.")
+
+    def objectives(w: Depot) -> int:
+        stored = all(p in w.tables[f"{p.rsplit('_', 1)[0]}_spot"] for p in reception if p not in broken)
+        return (sorted(w.trash) == sorted(broken)) + stored + len(w.labels)
+
+    answer, _ = episode(world, request, objectives, budget=40, max_turns=60)
+    assert {"textile_0", "textile_2"} <= set(world.tables["textile_spot"])
+    assert sorted(world.trash) == sorted(broken) and "snacks_0" in world.tables["snacks_spot"]
+    assert [label[:3] for label in world.labels] == [("AD-001", "Karim Benali", "Lyon"),
+                                                     ("AD-002", "Alice Martin", "Paris")]
+    assert world.at["preparation_robot_b"] != "textile_spot"
+    assert answer.startswith("Done.") and not any("bay" in c for c in world.calls if c.startswith("reception_robot"))
+    assert sum(c.startswith("reception_robot.move_to(textile_spot)") for c in world.calls) <= 2

@@ -400,12 +400,18 @@ class Plan:
 
     # -- the way clear -----------------------------------------------------------------------
 
-    def park(self, robot: str, taken: set[str]) -> Call | None:
-        """Move an idle robot out of the way: the keeper home, another robot to a bay nobody uses."""
+    def park(self, robot: str, taken: set[str], needed: set[str]) -> Call | None:
+        """Move an idle robot out of the way: the keeper home, another robot to a bay nobody uses, else
+        to the spot of a product type no work needs (the deliveries may claim every bay), never where
+        a robot stands."""
         if robot == self.keeper:
             return robot, self.tools.move.name, self.arg(self.tools.move, self.home)
-        bays = [b for b in self.targets if _parts(b) & {"bay", "output"} and b not in taken]
-        return (robot, self.tools.move.name, self.arg(self.tools.move, bays[-1])) if bays else None
+        standing = {self.home, *(w for r in self.robots if (w := _where(self.done, r, self.tools.move.name)))}
+        free = [t for t in self.targets if t not in taken and t not in standing]
+        bays = [b for b in free if _parts(b) & {"bay", "output"}]
+        idle = [t for t in free if (kinds := _parts(t) & set(self.types)) and not kinds & needed]
+        spots = bays[-1:] or idle[:1]
+        return (robot, self.tools.move.name, self.arg(self.tools.move, spots[0])) if spots else None
 
 
 def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) -> list[Call] | str | None:
@@ -486,7 +492,10 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
         if occupant and occupant != call[0]:
             calls.remove(call)
             if occupant not in working:
-                step = plan.park(occupant, taken)
+                needed = {kind for d in deliveries for kind, _ in d.products}
+                needed |= {kind for p, c in (notes.get("condition") or {}).items() if c == "clean"
+                           and (kind := plan.kind(p)) is not None}
+                step = plan.park(occupant, taken, needed)
                 if step is None:
                     return None
                 calls.append(step)
