@@ -243,6 +243,31 @@ def test_a_counted_sort_into_the_assigned_hall_stops_at_the_count() -> None:
     assert world.halls["Hall3"] == ["backpack_1"] and spent[0] <= 6, world.calls
 
 
+@pytest.mark.parametrize(("question", "answer"), [
+    ("Which storage halls are assigned to pen and book?", "pen is assigned to Hall1, book is assigned to Hall3."),
+    ("Which storage halls are assigned to backpack and package?", "backpack and package are assigned to Hall4."),
+    ("Which object types are assigned to Hall4?", "backpack and package are assigned to Hall4."),
+    ("Which object types are assigned to Hall2?", "No object types are assigned to Hall2."),
+    ("Which storage hall currently has priority?", "Hall3 currently has priority and must be completed first."),
+])
+def test_hall_questions_are_answered_from_the_rules(question: str, answer: str) -> None:
+    # MAGMA's hall_sorting questions (AskTypeHallAssignmentStage, AskHallTypesStage, AskPriorityHallStage)
+    # want words from the rules, no call; the small model mixes the groups up. A later rule wins.
+    rules = ["Current storage rules: book and pen objects belong in Hall3, backpack and package objects belong in "
+             "Hall4.", "New rule: pen objects belong in Hall1.", "For future deliveries, complete Hall4 first.",
+             "Hall4 no longer has priority.", "Always complete Hall3 first."]
+    world = HallWorld({h: [] for h in HALLS})
+    _, say = run_stages(world, question, {}, [], rules=rules)
+    assert say == answer and world.calls == []
+
+
+def test_no_hall_has_priority_once_the_rule_is_forgotten() -> None:
+    rules = ["For future deliveries, complete Hall2 first.", "Forget the current Hall2 priority rule."]
+    _, say = run_stages(HallWorld({h: [] for h in HALLS}), "Which storage hall currently has priority?", {}, [],
+                        rules=rules)
+    assert say == "No storage hall currently has priority."
+
+
 # -- pure pieces, from real trace strings ------------------------------------------------------
 
 

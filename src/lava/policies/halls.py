@@ -652,4 +652,76 @@ class Planner:
         return "Done. The halls now hold " + "; ".join(parts) + "." if parts else "Done."
 
 
-__all__ = ["Goal", "HallTools", "HallsSkill", "Planner", "class_of", "hall_tools", "read_detection", "read_goal"]
+# -- questions about the rules -----------------------------------------------------------------
+
+_ASK_HALLS_OF = re.compile(r"^\s*which\s+(?:storage\s+)?halls?\s+(?:are|is)\s+assigned\s+to\s+(?P<what>[^?]+)", re.I)
+_ASK_TYPES_IN = re.compile(r"^\s*(?:which|what)\s+(?:object\s+)?(?:types?|classes|kinds?|objects?)\s+(?:are|is)\s+"
+                           r"assigned\s+to\s+(?:the\s+)?(?P<hall>[\w-]+)", re.I)
+_ASK_PRIORITY = re.compile(r"^\s*which\s+(?:storage\s+)?hall\s+(?:currently\s+)?has\s+(?:the\s+)?priority", re.I)
+_PRIORITY_ON = re.compile(r"\bcomplete\s+(?:the\s+)?(?P<hall>[\w-]+)\s+first\b", re.I)
+_PRIORITY_OFF = re.compile(r"\b(?P<hall>[\w-]+)\s+no\s+longer\s+has\s+priority\b|\bforget\b[^.]*\bpriority\b", re.I)
+
+
+def _listed(things: Sequence[str]) -> str:
+    return things[0] if len(things) == 1 else f"{', '.join(things[:-1])} and {things[-1]}"
+
+
+def assignments(rules: Sequence[str], halls: Sequence[str], classes: Sequence[str]) -> dict[str, str]:
+    """Class -> hall from the rules ("backpack and book objects belong in Hall2"); a later rule wins."""
+    assigned: dict[str, str] = {}
+    for rule in rules:
+        for m in _BELONG.finditer(rule):
+            hall = _hall_in(m.group(2), halls)
+            for c in _classes_in(m.group(1), classes) if hall else []:
+                assigned[c] = hall
+    return assigned
+
+
+def priority_hall(rules: Sequence[str], halls: Sequence[str]) -> str | None:
+    """The hall a rule says to complete first ("For future deliveries, complete Hall3 first."), unless
+    a later one withdrew it ("Hall3 no longer has priority.", "Forget the current Hall3 priority rule.")."""
+    current = None
+    for rule in rules:
+        if _PRIORITY_OFF.search(rule):
+            current = None
+        elif (m := _PRIORITY_ON.search(rule)) and (hall := _hall_in(m["hall"], halls)):
+            current = hall
+    return current
+
+
+def hall_answer(situation: Situation, state: TaskState) -> str | None:
+    """The rules' answer to MAGMA's hall questions ("Which storage halls are assigned to book and pen?",
+    "Which object types are assigned to Hall3?", "Which storage hall currently has priority?"); None
+    for other questions."""
+    tools = hall_tools(situation.toolbox)
+    if tools is None:
+        return None
+    halls = hall_names(situation.attributes, tools.move)
+    classes = class_names(situation.attributes, halls)
+    rules = [*situation.memory.memory_list, *state.rules]
+    question = state.request
+    if _ASK_PRIORITY.match(question):
+        hall = priority_hall(rules, halls)
+        return f"{hall} currently has priority and must be completed first." if hall else \
+            "No storage hall currently has priority."
+    assigned = assignments(rules, halls, classes)
+    if (m := _ASK_HALLS_OF.match(question)) and (asked := sorted(_classes_in(m["what"], classes),
+                                                                 key=lambda c: m["what"].lower().find(c.lower()))):
+        grouped: dict[str, list[str]] = {}
+        for c in asked:
+            if c in assigned:
+                grouped.setdefault(assigned[c], []).append(c)
+        if not grouped:
+            return f"No storage hall is assigned to {_listed(asked)}."
+        return ", ".join(f"{_listed(cs)} {'is' if len(cs) == 1 else 'are'} assigned to {hall}"
+                         for hall, cs in grouped.items()) + "."
+    if (m := _ASK_TYPES_IN.match(question)) and (hall := _hall_in(m["hall"], halls)):
+        there = [c for c in classes if assigned.get(c) == hall]
+        if not there:
+            return f"No object types are assigned to {hall}."
+        return f"{_listed(there)} {'is' if len(there) == 1 else 'are'} assigned to {hall}."
+    return None
+
+
+__all__ = ["Goal", "HallTools", "HallsSkill", "Planner", "assignments", "class_of", "hall_answer", "hall_tools",
+           "priority_hall", "read_detection", "read_goal"]

@@ -64,6 +64,7 @@ from .goals import (
     unavailable,
     words,
 )
+from .halls import hall_answer
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import (
@@ -1127,6 +1128,8 @@ class MagmaPolicy(Policy):
             return AgentDecision(say=said)
         if state.intent == "answer" and (seen := scene_answer(situation, state)) is not None:
             return seen
+        if state.intent == "answer" and (ruled := hall_answer(situation, state)) is not None:
+            return AgentDecision(say=ruled)
         if state.intent == "answer":
             # Words only: most question stages refuse any tool call (non_requested_action), and
             # what the robots reported so far is in the prompt.
