@@ -403,6 +403,32 @@ def test_team_questions_look_each_one_up_then_answer_from_the_registry(tools: li
     assert len(members) == 4 and not asked
 
 
+def test_preference_questions_are_answered_from_the_rules_and_the_registry() -> None:
+    # MAGMA's AskCoffeePreferenceForUserStage (words only) and AskTeamCoffeePreferencesStage (the members
+    # lookup allowed before the answer): a person's own preference is what a rule gave them; what their
+    # team prefers is not theirs.
+    rules = ["Hey, please remember that Florent and Emma like their coffee black, Perez like their coffee white.",
+             "Hello, please remember that team RAP prefers milky coffee."]
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("What coffee does Emma like?"),
+        Stage("What is Perez's coffee preference?"),
+        Stage("Which coffee like Florent?"),
+        Stage("What are the coffee preferences of the members of team RAP?",
+              lambda w: "get_team_members(RAP)" in w.calls, budget=2, answer=True),
+        Stage("Which members of team RAP do not have a known coffee preference?",
+              lambda w: w.calls.count("get_team_members(RAP)") == 2, budget=2, answer=True),
+        Stage("Which members of team DISCO like white coffee?",
+              lambda w: "get_team_members(DISCO)" in w.calls, budget=2, answer=True),
+    ], [COFFEE_RULE, *rules])
+    assert said == ["Emma likes black coffee.", "Perez likes white coffee.", "Florent likes black coffee.",
+                    "In team RAP, Florent likes black coffee, Emma likes black coffee and Abdelbasset and Jade do not "
+                    "have any known coffee preference.",
+                    "Abdelbasset and Jade do not have any known coffee preference in team RAP.",
+                    "Perez likes white coffee in team DISCO."]
+    assert world.coffees == [] and not asked
+
+
 @pytest.mark.parametrize("gone", ["There are no white capsules left for now.",
                                   "We are out of white capsules until further notice."])
 @pytest.mark.parametrize("back", ["The white capsules have been restocked.", "You can use white coffee again now.",

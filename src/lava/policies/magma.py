@@ -77,7 +77,7 @@ from .names import (
     object_values,
     parameter_enums,
 )
-from .procedures import team_answer
+from .procedures import taste_answer, team_answer
 from .returns import delivery_answer
 from .scene import render_scene
 from .task_state import (
@@ -396,6 +396,8 @@ class MagmaPolicy(Policy):
             return said
         rules = [*situation.memory.memory_list, *state.rules]
         if (said := association_answer(state.request, rules, situation.attributes)) is not None:
+            return said
+        if (said := taste_answer(state.request, rules, situation.attributes)) is not None:
             return said
         observe, take, put = roles(situation.toolbox)
         if observe is not None or take is None or put is None or state.scene is not None:

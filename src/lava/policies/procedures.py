@@ -212,6 +212,58 @@ _TEAM_OF = re.compile(rf"\b(?i:what|which)\s+(?i:teams?)\s+(?i:does|is|do|are)\s
 _WHO_IN = re.compile(r"\b(?i:who)\s+(?i:is|are)\s+(?i:in|on|part\s+of|a\s+member\s+of|the\s+members\s+of)\s+"
                      r"(?i:the\s+)?(?i:team)\s+(?P<team>[\w-]+)")
 
+# "What are the coffee preferences of the members of team RAP?", "Which members of team RAP do not have a
+# known coffee preference?", "Which members of team RAP like black coffee?"
+_MEMBERS_OF = re.compile(r"\b(?i:members)\s+(?i:of)\s+(?i:the\s+)?(?i:team)\s+(?P<team>[\w-]+)")
+_UNKNOWN_TASTE = re.compile(r"\b(?:do|does)\s+not\s+have\s+(?:a\s+|any\s+)?known\b", re.I)
+_LIKING = re.compile(r"\blikes?\s+(?P<value>[\w-]+)\s+(?P<noun>[a-z]+)\b", re.I)
+# "What coffee does Lee like?", "What is Lee's coffee preference?", "Which coffee like Lee?"
+_TASTE_OF = re.compile(r"^\s*(?i:what|which)\s+(?P<noun>[a-z]+)\s+(?i:does)\s+(?P<p1>[A-Z][\w-]*)\s+(?i:like)\b"
+                       r"|^\s*(?i:what)\s+(?i:is)\s+(?P<p2>[A-Z][\w-]*)'s\s+(?P<noun2>[a-z]+)\s+(?i:preference)\b"
+                       r"|^\s*(?i:which)\s+(?P<noun3>[a-z]+)\s+(?i:likes?)\s+(?P<p3>[A-Z][\w-]*)\s*\?")
+
+
+def tastes(rules: Sequence[str], attributes: Mapping[str, Any]) -> dict[str, str]:
+    """Each person's own preference, from rules that group people with a value ("Hey, please remember
+    that Lee and Clark like their coffee black"); a later rule wins. What a team prefers is not theirs."""
+    names = vocabulary(attributes)
+    return {m: g.value for g in groups(rules, names) for m in g.members if m not in names
+            and not re.search(rf"\bteam\s+{re.escape(m)}\b", " ".join(rules), re.I)}
+
+
+def taste_answer(question: str, rules: Sequence[str], attributes: Mapping[str, Any]) -> str | None:
+    """"Lee likes black coffee." for a question about one person's preference, when a rule gives it."""
+    m = _TASTE_OF.search(question)
+    if m is None:
+        return None
+    person, noun = m["p1"] or m["p2"] or m["p3"], m["noun"] or m["noun2"] or m["noun3"]
+    value = tastes(rules, attributes).get(person)
+    return f"{person} likes {value} {noun.lower()}." if value else None
+
+
+def _team_tastes(question: str, team: str, members: Sequence[str], known: Mapping[str, str]) -> str:
+    """MAGMA's answers to the three questions about a team's preferences."""
+    unknown = [p for p in members if p not in known]
+    liking = _LIKING.search(question)
+    noun = liking["noun"].lower() if liking else "coffee"
+    if _UNKNOWN_TASTE.search(question):
+        if not unknown:
+            return f"All members of team {team} have a known {noun} preference."
+        verb = "does" if len(unknown) == 1 else "do"
+        return f"{listed(unknown)} {verb} not have any known {noun} preference in team {team}."
+    if liking is not None and not re.search(r"\bpreferences\b", question, re.I):
+        value = liking["value"]
+        fans = [p for p in members if known.get(p, "").lower() == value.lower()]
+        if not fans:
+            return f"No member of team {team} has a known preference for {value} {noun}."
+        return f"{listed(fans)} {'likes' if len(fans) == 1 else 'like'} {value} {noun} in team {team}."
+    if len(unknown) == len(members):
+        return f"No member of team {team} has a known {noun} preference."
+    parts = [f"{p} likes {known[p]} {noun}" for p in members if p in known]
+    if unknown:
+        parts.append(f"{listed(unknown)} {'does' if len(unknown) == 1 else 'do'} not have any known {noun} preference")
+    return f"In team {team}, {listed(parts)}."
+
 
 def _looked_up(state: Any, lookup: ToolSpec) -> set[Any]:
     """Whom the lookup was called for in this request (answered or refused)."""
@@ -228,6 +280,7 @@ def team_answer(situation: Any, state: Any) -> Any:
     robot = (situation.toolbox.robots or ("robot",))[0]
     looked = (state.notes.get("procedures") or {})
     members_tool, team = team_members_tool(situation.toolbox), _WHO_IN.search(state.request)
+    team = team or _MEMBERS_OF.search(state.request)
     if members_tool is not None and team is not None:
         name = team["team"]
         if name not in _looked_up(state, members_tool):
@@ -238,6 +291,9 @@ def team_answer(situation: Any, state: Any) -> Any:
         members = re.findall(r"'([^']+)'", listing) or re.findall(r"\b[A-Z][\w-]*", listing)
         if not members:
             return None  # refused, or said otherwise: the model answers from what the lookup said
+        if _MEMBERS_OF.search(state.request):
+            rules = [*situation.memory.memory_list, *state.rules]
+            return AgentDecision(say=_team_tastes(state.request, name, members, tastes(rules, situation.attributes)))
         return AgentDecision(say=f"{listed(members)} {'is' if len(members) == 1 else 'are'} in team {name}.")
     lookup, match = team_lookup(situation.toolbox), _TEAM_OF.search(state.request)
     if lookup is None or match is None:
@@ -455,4 +511,5 @@ class ProceduresSkill:
 
 
 __all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "people", "plan",
-           "preference", "procedure", "suspended", "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
+           "preference", "procedure", "suspended", "taste_answer", "tastes", "team_answer", "team_lookup",
+           "team_members_tool", "unknown_people"]
