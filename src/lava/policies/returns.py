@@ -123,12 +123,19 @@ def read_deliveries(request: str, types: Sequence[str], services: Sequence[str])
 
 _ASKED_ABOUT = re.compile(r"\b(?:recipient|name|city|destination|products?|contain\w*|service)\b", re.I)
 _CONTENTS = re.compile(r"\b(?:containing|with)\s+(?P<products>\d[^,;]*?)\s*(?:,|;|$)", re.I)
+_PREPARING = re.compile(r"\bwhich\s+deliver(?:y|ies)\s+are\s+you\s+(?:preparing|working on|handling|doing)\b", re.I)
 _SERVICE = re.compile(r"\busing\s+(?P<service>[\w-]+)\s+service\b", re.I)
 
 
 def delivery_answer(question: str, requests: Sequence[str]) -> str | None:
     """What a request said of the delivery a question names ("What are the recipient name,
     destination city, and requested products for delivery AD-001?"), in the request's words."""
+    if _PREPARING.search(question):
+        ids = list(dict.fromkeys(m["id"] for text in requests[:1] for m in _DELIVERY.finditer(text)))
+        if ids:
+            return (f"The deliveries currently being prepared are {', '.join(ids)}." if len(ids) > 1 else
+                    f"The delivery currently being prepared is {ids[0]}.")
+        return None
     asked = set(re.findall(r"\b[A-Z][A-Z0-9]*-\d+\b", question))
     if not asked or not _ASKED_ABOUT.search(question):
         return None
@@ -141,8 +148,9 @@ def delivery_answer(question: str, requests: Sequence[str]) -> str | None:
             service = _SERVICE.search(rest)
             answer = (f"Delivery {match['id']}: the recipient is {match['name']}, the destination city is "
                       f"{match['city'].strip()}")
-            if products:
-                answer += f", and the requested products are {products['products']}"
+            if products:  # "containing 1 snacks product and 1 hygiene product and delivery AD-002 ...": no last "and"
+                wanted = re.sub(r"\s+and$", "", products["products"])
+                answer += f", and the requested products are {wanted}"
             if service:
                 answer += f" ({service['service']} service)"
             return answer + "."
@@ -414,8 +422,19 @@ class Plan:
         return (robot, self.tools.move.name, self.arg(self.tools.move, spots[0])) if spots else None
 
 
-def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) -> list[Call] | str | None:
-    """The next calls (on different robots), "done", or None when this is not such a task or unsure."""
+@dataclass(frozen=True)
+class Layout:
+    """The shape read from the tools and attributes: who keeps the reception, where robots go."""
+    tools: ReturnTools
+    robots: tuple[str, ...]
+    keeper: str
+    home: str
+    targets: list[str]
+    types: list[str]
+    instances: list[str]
+
+
+def layout(situation: Situation) -> Layout | None:
     toolbox = situation.toolbox
     tools = return_tools(toolbox)
     robots = tuple(toolbox.robots or ())
@@ -439,6 +458,16 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
         return None
     instances = [v for vs in lists.values() for v in vs if any(v.startswith(f"{t}_") for t in types)
                  and v not in targets]
+    return Layout(tools, robots, keeper, home, targets, types, instances)
+
+
+def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) -> list[Call] | str | None:
+    """The next calls (on different robots), "done", or None when this is not such a task or unsure."""
+    found = layout(situation)
+    if found is None:
+        return None
+    tools, robots, keeper, home = found.tools, found.robots, found.keeper, found.home
+    targets, types, instances = found.targets, found.types, found.instances
     services = sorted({p for b in targets if _parts(b) & {"bay", "output"} for p in _parts(b)
                        if p not in ("bay", "output") and not p.isdigit()})
     deliveries = read_deliveries(state.request, types, services)
@@ -504,6 +533,56 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     return calls
 
 
+_HOW_MANY_RETURNS = re.compile(r"\bhow\s+many\s+return(?:ed|s)?\s+(?:products?|items?|objects?)?", re.I)
+_HOW_MANY_STORED = re.compile(r"\bhow\s+many\s+(?P<type>[\w-]+)\s+(?:products?\s+)?(?:instances?\s+)?"
+                              r"(?:are\s+)?(?:currently\s+|now\s+)?(?:in|on)\s+(?:the\s+)?(?:storage|stock)\b", re.I)
+
+
+def count_answer(situation: Situation, state: TaskState, notes: Mapping[str, Any]) -> AgentDecision | None:
+    """How many returns wait at the reception, or how many products of a type are in storage: a robot
+    standing there looks (after a move when none does; MAGMA's question stages allow tools before the
+    answer), then the count of what it saw. None for other questions."""
+    found = layout(situation)
+    if found is None:
+        return None
+    returns, stored = _HOW_MANY_RETURNS.search(state.request), _HOW_MANY_STORED.search(state.request)
+    kind = next((t for t in found.types if stored and t.lower() == stored["type"].lower()), None)
+    if returns:
+        place, robots = found.home, [found.keeper]
+    elif kind is not None and (spots := [t for t in found.targets if kind in _parts(t)]):
+        # The idlest robot goes (one mid-delivery would carry its package around), the keeper last.
+        workers = sorted((r for r in found.robots if r != found.keeper),
+                         key=lambda r: sum(c.get("robot") == r for c in state.episode_calls))
+        place, robots = spots[0], [*workers, found.keeper]
+    else:
+        return None
+    tools, busy = found.tools, set(situation.toolbox.busy)
+    at = {r: _where(state.episode_calls, r, tools.move.name) or (found.home if r == found.keeper else None)
+          for r in found.robots}
+    # What a robot standing there saw in this request (note_feedback keys it by where it last moved to).
+    looked = notes.get("seen") or {}
+    seen = next((looked[key] for r in found.robots if at[r] == place
+                 and (key := f"{r}@{_where(state.episode_calls, r, tools.move.name) or ''}") in looked), None)
+    if seen is not None:
+        n = len(seen)
+        if returns:
+            return AgentDecision(say=f"There {'is' if n == 1 else 'are'} {n} returned product{'' if n == 1 else 's'} "
+                                     "to process.")
+        return AgentDecision(say=f"There {'is' if n == 1 else 'are'} {n} {kind} product instance{'' if n == 1 else 's'}"
+                                 " in storage.")
+    there = next((r for r in found.robots if at[r] == place and r not in busy), None)
+    if there is not None:
+        return AgentDecision(tool_calls=[ToolCall(name=tools.look.name, arguments={}, target_robot_name=there)])
+    if any(at[r] == place for r in found.robots):
+        return None  # a busy robot stands there: the model answers from what it knows
+    mover = next((r for r in robots if r not in busy and not any(c["name"] == tools.move.name and c.get("robot") == r
+                                                                 for c in state.failed)), None)
+    if mover is None:
+        return None
+    return AgentDecision(tool_calls=[ToolCall(name=tools.move.name, arguments={tools.move.params[0].name: place},
+                                              target_robot_name=mover)])
+
+
 class ReturnsSkill:
     """Returns sorted at a reception and deliveries packed from storage, for a team of robots."""
 
@@ -533,5 +612,5 @@ class ReturnsSkill:
         return decision
 
 
-__all__ = ["Delivery", "ReturnTools", "ReturnsSkill", "delivery_answer", "next_calls", "read_deliveries",
-           "return_tools"]
+__all__ = ["Delivery", "Layout", "ReturnTools", "ReturnsSkill", "count_answer", "delivery_answer", "layout",
+           "next_calls", "read_deliveries", "return_tools"]
