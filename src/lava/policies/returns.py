@@ -559,6 +559,9 @@ def count_answer(situation: Situation, state: TaskState, notes: Mapping[str, Any
     tools, busy = found.tools, set(situation.toolbox.busy)
     at = {r: _where(state.episode_calls, r, tools.move.name) or (found.home if r == found.keeper else None)
           for r in found.robots}
+    for spot, who in (notes.get("blocked") or {}).items():  # a refusal said who stands there
+        if who in at and at[who] is None:
+            at[who] = spot
     # What a robot standing there saw in this request (note_feedback keys it by where it last moved to).
     looked = notes.get("seen") or {}
     seen = next((looked[key] for r in found.robots if at[r] == place
