@@ -35,7 +35,7 @@ from typing import Any
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
-from .goals import NUMBER, number
+from .goals import NUMBER, listed, number
 from .task_state import TaskState, results_with_calls
 
 TRAY_CAPACITY = 4  # until a refusal says otherwise ("The tray is full. It supports only 4 objects.")
@@ -662,10 +662,6 @@ _PRIORITY_ON = re.compile(r"\bcomplete\s+(?:the\s+)?(?P<hall>[\w-]+)\s+first\b",
 _PRIORITY_OFF = re.compile(r"\b(?P<hall>[\w-]+)\s+no\s+longer\s+has\s+priority\b|\bforget\b[^.]*\bpriority\b", re.I)
 
 
-def _listed(things: Sequence[str]) -> str:
-    return things[0] if len(things) == 1 else f"{', '.join(things[:-1])} and {things[-1]}"
-
-
 def assignments(rules: Sequence[str], halls: Sequence[str], classes: Sequence[str]) -> dict[str, str]:
     """Class -> hall from the rules ("backpack and book objects belong in Hall2"); a later rule wins."""
     assigned: dict[str, str] = {}
@@ -712,14 +708,14 @@ def hall_answer(situation: Situation, state: TaskState) -> str | None:
             if c in assigned:
                 grouped.setdefault(assigned[c], []).append(c)
         if not grouped:
-            return f"No storage hall is assigned to {_listed(asked)}."
-        return ", ".join(f"{_listed(cs)} {'is' if len(cs) == 1 else 'are'} assigned to {hall}"
+            return f"No storage hall is assigned to {listed(asked)}."
+        return ", ".join(f"{listed(cs)} {'is' if len(cs) == 1 else 'are'} assigned to {hall}"
                          for hall, cs in grouped.items()) + "."
     if (m := _ASK_TYPES_IN.match(question)) and (hall := _hall_in(m["hall"], halls)):
         there = [c for c in classes if assigned.get(c) == hall]
         if not there:
             return f"No object types are assigned to {hall}."
-        return f"{_listed(there)} {'is' if len(there) == 1 else 'are'} assigned to {hall}."
+        return f"{listed(there)} {'is' if len(there) == 1 else 'are'} assigned to {hall}."
     return None
 
 

@@ -514,13 +514,18 @@ class ZonesSkill:
 
     # -- the next decision -------------------------------------------------------------------
 
+    @staticmethod
+    def begin(notes: dict[str, Any], request: str) -> None:
+        """A new request starts with no goal, moves or looks of its own; the scene stays."""
+        if notes.get("request") != request:
+            notes.update(request=request, want=None, order=[], movers={}, moved=[], retries={}, looks=0)
+
     def next(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> AgentDecision | None:
         rules = [*situation.memory.memory_list, *state.rules]
         found = shape(situation, [*rules, state.request])
         if found is None or notes.get("unreadable"):
             return None
-        if notes.get("request") != state.request:
-            notes.update(request=state.request, want=None, order=[], movers={}, moved=[], retries={}, looks=0)
+        self.begin(notes, state.request)
         if not notes.get("where") or notes.get("stale"):
             return self.look(found, situation, notes)
         where: dict[str, str] = notes["where"]
@@ -608,8 +613,7 @@ def scene_answer(situation: Situation, state: TaskState) -> AgentDecision | None
         return None
     notes = dict(state.notes.get(ZonesSkill.name) or {})
     try:
-        if notes.get("request") != state.request:
-            notes.update(request=state.request, want=None, order=[], movers={}, moved=[], retries={}, looks=0)
+        ZonesSkill.begin(notes, state.request)
         if not notes.get("where") or notes.get("stale"):
             return ZonesSkill.look(found, situation, notes)
     finally:
