@@ -488,6 +488,11 @@ def test_count_questions_look_where_the_things_are_then_answer() -> None:
         "There is 1 hygiene product instance in storage."
     # The idler robot goes this time.
     assert world.calls[3:] == ["preparation_robot_b.move_to(hygiene_spot)", "preparation_robot_b.detection()"]
+    # The same question again, after the world changed: a new look, not the last one's count.
+    world.tables["hygiene_spot"].append("hygiene_2")
+    assert ask("How many hygiene product instances are currently in storage?") == \
+        "There are 2 hygiene product instances in storage."
+    assert world.calls[5:] == ["preparation_robot_b.detection()"]
 
 
 def test_a_count_question_about_a_spot_a_robot_stands_on_is_looked_at_by_that_robot() -> None:

@@ -566,7 +566,8 @@ def count_answer(situation: Situation, state: TaskState, notes: Mapping[str, Any
     looked = notes.get("seen") or {}
     seen = next((looked[key] for r in found.robots if at[r] == place
                  and (key := f"{r}@{_where(state.episode_calls, r, tools.move.name) or ''}") in looked), None)
-    if seen is not None:
+    # Only a look of this request counts: the same question asked again keeps the notes of the last one.
+    if seen is not None and any(c["name"] == tools.look.name for c in state.done_calls):
         n = len(seen)
         if returns:
             return AgentDecision(say=f"There {'is' if n == 1 else 'are'} {n} returned product{'' if n == 1 else 's'} "
