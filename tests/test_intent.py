@@ -31,6 +31,9 @@ def test_real_stage_instructions_are_read_as_their_stage_expects() -> None:
     ("Complete the table by adding 1 apple.", "act"),  # table_cleaning: was acknowledged
     ("For each future order, add one donut as a free gift.", "acknowledge"),  # delivery_box: was acted on
     ("Do not place apple and juice on the same tray.", "acknowledge"),  # packaging: went to the model
+    # make_coffee SimpleDefinition@14: a prohibition followed by a request to act now is that request.
+    ("Do not make the coffee for Scott. Please prepare only the coffee for Lee.", "act"),
+    ("Do not make the coffee for Scott.", "acknowledge"),
     ("Thanks!", None),
 ])
 def test_wording(text: str, intent: str | None) -> None:

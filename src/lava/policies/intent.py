@@ -86,6 +86,17 @@ def _acts_after(text: str) -> bool:
     return any(v in _ACT_VERBS and v not in _ADOPT for v in then)
 
 
+_PLEASE_DO = re.compile(r"^\s*please\s+(?P<verb>[a-z]+)\b", re.IGNORECASE)
+
+
+def _asks_after(text: str, tool_words: set[str]) -> bool:
+    """A later sentence asks for something now ("... Please prepare only the coffee for Lee."): the
+    prohibition before it scopes that request rather than stating a rule."""
+    later = [s for s in re.split(r"(?<=[.!?])\s+", text.strip())[1:] if not _WEAK_INFORM.search(s)]
+    return any((m := _PLEASE_DO.match(s)) and (m["verb"].lower() in _ACT_VERBS or m["verb"].lower() in tool_words)
+               for s in later)
+
+
 def _clause_verb(clause: str) -> str | None:
     words = clause.strip().lower()
     changed = True
@@ -128,6 +139,8 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
         return "act"
     if verbs and verbs[0] in _ADOPT and _acts_after(text):
         return "act"  # "Follow the default rules and launch a cycle for all objects"
+    if _PROHIBITION.match(text) and not _STRONG_INFORM.search(text) and _asks_after(text, tool_words):
+        return "act"  # "Do not make the coffee for Scott. Please prepare only the coffee for Lee."
     if _STRONG_INFORM.search(text) or _PROHIBITION.match(text):
         return "acknowledge"
     acting += [v for v in (m.group(1).lower() for m in _EMBEDDED_LEAD.finditer(text))

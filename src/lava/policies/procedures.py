@@ -148,9 +148,14 @@ def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
 _FOR_PEOPLE = re.compile(r"\bfor\s+(?P<who>[A-Z][\w'-]*(?:\s*(?:,\s*and\b|,|\band\b)\s*[A-Z][\w'-]*)*)")
 
 
+_DO_NOT = re.compile(r"^\s*(?:please\s+)?(?:do not|don't|never)\b", re.I)
+
+
 def people(request: str, names: Mapping[str, str]) -> list[str]:
-    """The people a request is for, in order ("for Lee and then the one for Clark": Lee, Clark)."""
+    """The people a request is for, in order ("for Lee and then the one for Clark": Lee, Clark); not
+    those a sentence excludes ("Do not make the coffee for Scott. Please prepare only the coffee for Lee.")."""
     found: list[str] = []
+    request = " ".join(s for s in re.split(r"(?<=[.!?])\s+", request) if not _DO_NOT.match(s))
     for match in _FOR_PEOPLE.finditer(request):
         for who in re.split(r"\s*(?:,|\band\b)\s*", match["who"]):
             if who and who not in names and who.lower() not in _STOP and who not in found:
