@@ -724,30 +724,36 @@ def _recipe_rule(request: str, rules: Sequence[str]) -> re.Match[str] | None:
     return next((m for rule in rules if (m := _RECIPE.match(rule)) and m["verb"].lower() in asked), None)
 
 
+def _steps_of(m: re.Match[str] | None) -> list[str]:
+    return [c.strip() for c in re.split(r",|;|\bthen\b", m["rest"]) if c.strip()] if m else []
+
+
 def recipe(request: str, rules: Sequence[str]) -> list[str]:
     """The ordered clauses of a rule saying how to do what the request asks ("To wipe the table, first
     clear it, take the sponge, use wipe, then put the sponge back on the table" for "Now wipe the table")."""
-    m = _recipe_rule(request, rules)
-    return [c.strip() for c in re.split(r",|;|\bthen\b", m["rest"]) if c.strip()] if m else []
+    return _steps_of(_recipe_rule(request, rules))
 
 
 _EMPTYING = re.compile(r"\b(?:clear|empty)\b", re.IGNORECASE)
 
 
-def recipe_clearing(request: str, rules: Sequence[str], places: Iterable[str]) -> Goal | None:
+def recipe_clearing(request: str, rules: Sequence[str], scene: Mapping[str, Sequence[str]],
+                    held: str | None) -> Goal | None:
     """The clearing a recipe asks for before its own steps ("To wipe the table, first clear it, ..."
-    for "Clean and wipe the table."): the place it names, else the one its head names. What the
-    recipe itself uses (the sponge) stays."""
+    for "Clean and wipe the table."), while the place (the one it names, else the one its head names)
+    still holds something, or something from there is held. What the recipe itself uses (the sponge)
+    stays, and does not count."""
     m = _recipe_rule(request, rules)
-    if m is None:
+    clause = next((c for c in _steps_of(m) if _EMPTYING.search(c)), None)
+    if m is None or clause is None:
         return None
-    places = list(places)
-    for clause in re.split(r",|;|\bthen\b", m["rest"]):
-        if _EMPTYING.search(clause):
-            named = [p for p in places if words(p) <= words(clause)] or \
-                [p for p in places if words(p) <= words(m.string[:m.start("rest")])]
-            return Goal(clear=named[0], spare=frozenset(words(m.string))) if len(named) == 1 else None
-    return None
+    named = [p for p in scene if words(p) <= words(clause)] or \
+        [p for p in scene if words(p) <= words(m.string[:m.start("rest")])]
+    if len(named) != 1:
+        return None
+    spare = frozenset(words(m.string))
+    left = [*scene.get(named[0], []), *([held] if held else [])]
+    return Goal(clear=named[0], spare=spare) if any(not words(stem(t)) & spare for t in left) else None
 
 
 _ITEM = re.compile(rf"\b(?P<count>{STATED})\s+(?P<what>[a-z]+)\b", re.IGNORECASE)

@@ -507,10 +507,8 @@ class MagmaPolicy(Policy):
             return _call(take if step.action == "take" else put, robot, step.value)
         looked_last = self.looked_last(situation, state)
         goal = read_goal(state.request, rules, state.scene, scene=state.scene, held=state.held)
-        if goal is None and (clearing := recipe_clearing(state.request, rules, state.scene)) is not None:
-            left = [*state.scene.get(clearing.clear or "", []), *([state.held] if state.held else [])]
-            if any(not words(stem(t)) & clearing.spare for t in left):
-                goal = clearing  # the recipe's own steps wait until the place is clear
+        if goal is None:  # the recipe's own steps wait until the place it says to clear is clear
+            goal = recipe_clearing(state.request, rules, state.scene, state.held)
         check = check_tool(situation.toolbox)
         if goal is None:
             if (steps := self.recipe_steps(situation, state, rules)) is not None:
@@ -1128,12 +1126,13 @@ class MagmaPolicy(Policy):
             return looked_up
         if state.intent == "answer" and (said := self.known_answer(situation, state)) is not None:
             return AgentDecision(say=said)
-        if state.intent == "answer" and (seen := scene_answer(situation, state)) is not None:
-            return seen
-        if state.intent == "answer" and (ruled := hall_answer(situation, state)) is not None:
-            return AgentDecision(say=ruled)
-        if state.intent == "answer" and (counted := count_answer(situation, state, state.notes.get("returns") or {})):
-            return counted
+        if state.intent == "answer":  # the skills' own pictures: a scene, the halls' rules, a count
+            if (seen := scene_answer(situation, state)) is not None:
+                return seen
+            if (ruled := hall_answer(situation, state)) is not None:
+                return AgentDecision(say=ruled)
+            if (counted := count_answer(situation, state, state.notes.get("returns") or {})) is not None:
+                return counted
         if state.intent == "answer":
             # Words only: most question stages refuse any tool call (non_requested_action), and
             # what the robots reported so far is in the prompt.
