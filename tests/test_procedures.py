@@ -256,7 +256,7 @@ def test_make_coffee_001_each_person_gets_the_taste_the_rule_gives_them(tools: l
         Stage("Hello, make me a coffee for Merlin", served("white", "white", "milky", "milky"), budget=4,
               direct=True),
     ], [COFFEE_RULE])
-    assert acknowledged(said[0], MC001_RULE) and said[1] == "Perez, Lewis, Philippe and Merlin are in team DISCO."
+    assert acknowledged(said[0], MC001_RULE) and said[1] == "Perez, Lewis, Philippe, and Merlin are in team DISCO."
     assert world.coffees == ["white", "white", "milky", "milky"]
     assert len(world.calls) == 13  # the lookup, then three calls a coffee
     assert not asked  # the model is not needed: the registry answers
@@ -310,7 +310,7 @@ def test_preferences_given_one_after_another_in_one_sentence_serve_each_person()
         Stage(None, served("milky", "milky", "black"), budget=4),
         Stage(None),  # CompletionAnswerStage
     ], COFFEE_RULES_002)
-    assert "Jackson, Alexis and Perez" in said[0]
+    assert "Jackson, Alexis, and Perez" in said[0]
     assert world.coffees == ["milky", "milky", "black"] and len(world.calls) == 9
     assert said[-1].startswith("Done") and not asked
 
@@ -440,7 +440,7 @@ def test_preference_questions_are_answered_from_the_rules_and_the_registry() -> 
               lambda w: "get_team_members(DISCO)" in w.calls, budget=2, answer=True),
     ], [COFFEE_RULE, *rules])
     assert said == ["Emma likes black coffee.", "Perez likes white coffee.", "Florent likes black coffee.",
-                    "In team RAP, Florent likes black coffee, Emma likes black coffee and Abdelbasset and Jade do not "
+                    "In team RAP, Florent likes black coffee, Emma likes black coffee, and Abdelbasset and Jade do not "
                     "have any known coffee preference.",
                     "Abdelbasset and Jade do not have any known coffee preference in team RAP.",
                     "Perez likes white coffee in team DISCO."]

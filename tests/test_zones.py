@@ -249,7 +249,7 @@ def test_scene_questions_are_answered_from_a_look_and_the_moves_since() -> None:
         return decision["say"]
 
     assert ask("What objects are currently in the left tray?") == \
-        "The left tray contains 1 apple object, 1 banana object and 2 orange objects."
+        "The left tray contains 1 apple object, 1 banana object, and 2 orange objects."
     assert world.calls == ["arm1.get_objects_state()"]
     assert ask("Which objects are damaged?") == "The damaged objects are apple_0, banana_2."
     assert ask("In which tray are all apple objects located?") == \

@@ -89,8 +89,10 @@ def _words(text: str) -> frozenset[str]:
 
 
 def listed(things: Sequence[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
-    return things[0] if len(things) == 1 else f"{', '.join(things[:-1])} and {things[-1]}"
+    """"a", "a and b", "a, b, and c": MAGMA's own lists (magma_core.utils.text_utils), serial comma and all."""
+    if len(things) <= 2:
+        return " and ".join(things)
+    return f"{', '.join(things[:-1])}, and {things[-1]}"
 
 
 def number(text: str) -> int:
