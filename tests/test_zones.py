@@ -248,8 +248,9 @@ def test_scene_questions_are_answered_from_a_look_and_the_moves_since() -> None:
             decision = run.turn({"type": "env", "content": world.run(decision["tool_calls"])})
         return decision["say"]
 
+    # in the order of the task's object_classes, as MAGMA words it
     assert ask("What objects are currently in the left tray?") == \
-        "The left tray contains 1 apple object, 1 banana object, and 2 orange objects."
+        "The left tray contains 1 banana object, 1 apple object, and 2 orange objects."
     assert world.calls == ["arm1.get_objects_state()"]
     assert ask("Which objects are damaged?") == "The damaged objects are apple_0, banana_2."
     assert ask("In which tray are all apple objects located?") == \

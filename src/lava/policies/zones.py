@@ -591,8 +591,11 @@ _ASK_KIND = re.compile(r"^\s*(?:in|on)\s+which\s+(?P<noun>[a-z]+)\s+(?:are|is)\s
                        r"(?P<kind>[a-z]+?)s?\s+(?:objects?\s+)?(?:located|placed|stored)?\s*\?", re.IGNORECASE)
 
 
-def _counted(things: Sequence[str]) -> str:
-    kinds = sorted({stem(t) for t in things})
+def _counted(things: Sequence[str], classes: Sequence[Any] = ()) -> str:
+    """"1 banana object, 1 apple object, and 2 orange objects": the kinds in the order the task's
+    classes list them (MAGMA's answers follow it), any other kind after them by name."""
+    order = {c: i for i, c in enumerate(classes) if isinstance(c, str)}
+    kinds = sorted({stem(t) for t in things}, key=lambda k: (order.get(k, len(order)), k))
     parts = [f"{n} {k} object{'' if n == 1 else 's'}" for k in kinds if (n := sum(stem(t) == k for t in things))]
     return listed(parts)
 
@@ -622,7 +625,10 @@ def scene_answer(situation: Situation, state: TaskState) -> AgentDecision | None
     if place is not None:
         there = [t for t, p in where.items() if p == place]
         named = contents["place"].strip() if contents else place
-        return AgentDecision(say=f"The {named} contains {_counted(there)}." if there else f"The {named} is empty.")
+        if not there:
+            return AgentDecision(say=f"The {named} is empty.")
+        classes = situation.attributes.get("object_classes") or ()
+        return AgentDecision(say=f"The {named} contains {_counted(there, classes)}.")
     if kind is not None:
         things = [t for t in where if stem(t).lower() == kind["kind"].lower()]
         if not things:
