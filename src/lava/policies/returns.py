@@ -122,9 +122,8 @@ def read_deliveries(request: str, types: Sequence[str], services: Sequence[str])
 
 
 _ASKED_ABOUT = re.compile(r"\b(?:recipient|name|city|destination|products?|contain\w*|service)\b", re.I)
-_CONTENTS = re.compile(r"\b(?:containing|with)\s+(?P<products>\d[^,;]*?)\s*(?:,|;|$)", re.I)
+_PRODUCT = re.compile(rf"\b({NUMBER})\s+([\w-]+?)\s+products?\b", re.I)
 _PREPARING = re.compile(r"\bwhich\s+deliver(?:y|ies)\s+are\s+you\s+(?:preparing|working on|handling|doing)\b", re.I)
-_SERVICE = re.compile(r"\busing\s+(?P<service>[\w-]+)\s+service\b", re.I)
 
 
 def delivery_answer(question: str, requests: Sequence[str]) -> str | None:
@@ -143,17 +142,12 @@ def delivery_answer(question: str, requests: Sequence[str]) -> str | None:
         for match in _DELIVERY.finditer(text):
             if match["id"] not in asked:
                 continue
-            rest = match["rest"].strip(" ,")
-            products = _CONTENTS.search(rest)
-            service = _SERVICE.search(rest)
-            answer = (f"Delivery {match['id']}: the recipient is {match['name']}, the destination city is "
-                      f"{match['city'].strip()}")
-            if products:  # "containing 1 snacks product and 1 hygiene product and delivery AD-002 ...": no last "and"
-                wanted = re.sub(r"\s+and$", "", products["products"])
-                answer += f", and the requested products are {wanted}"
-            if service:
-                answer += f" ({service['service']} service)"
-            return answer + "."
+            # MAGMA's AskDeliveryDetailsStage: "Delivery AD-001 is for Karim Benali in Lyon and requires
+            # 1 snacks product, 1 drinks product, 1 textile product.", the products as the request lists them.
+            products = [f"{n} {kind} product{'' if n == 1 else 's'}" for count, kind in _PRODUCT.findall(match["rest"])
+                        if (n := number(count))]
+            answer = f"Delivery {match['id']} is for {match['name']} in {match['city'].strip()}"
+            return answer + (f" and requires {', '.join(products)}." if products else ".")
     return None
 
 
