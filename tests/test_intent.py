@@ -53,6 +53,10 @@ WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
     ("Hey, you can use this new area4 for ref_obj_1. Add it to your system", "act"),
     ("By the way, drinks are going to area3 and food to area4", "acknowledge"),
     ("However, do not manipulate yet ref_obj_1. I am fixing somme issues with this type of object.", "acknowledge"),
+    # MAGMA's AllowObjectRequest (held-out SortingWithInterdictionsDefinition@18 asked the model)
+    ("ref_obj_1 can be used again now.", "acknowledge"),
+    ("The maintenance is done: you can manipulate ref_obj_1 again.", "acknowledge"),
+    ("From now on, ref_obj_1 is available again for sorting cycles.", "acknowledge"),
     ("There is now another delivery to prepare as well: delivery AD-003 for Emma Laurent in Marseille, using priority "
      "service, containing 1 electronics product.", "act"),
     # Third held-out set (SimpleSortingDefinition@2): adopting rules is not acting on them.

@@ -976,3 +976,28 @@ def test_object_classes_are_not_objects() -> None:
 def test_a_recipe_is_read_whatever_the_case_of_its_words() -> None:
     assert read_recipe("I would like a tray containing Chicken, fish and juice.", [],
                        ["chicken", "fish", "juice"]) == ["chicken", "fish", "juice"]
+
+
+@pytest.mark.parametrize("forbid", ["Please remember that ref_obj_1 must not be manipulated for now.",
+                                    "New safety rule: do not sort ref_obj_1 until I say otherwise.",
+                                    "From now on, ref_obj_1 cannot be used in sorting cycles."])
+@pytest.mark.parametrize("allow", ["ref_obj_1 can be used again now.",
+                                   "From now on, ref_obj_1 is available again for sorting cycles.",
+                                   "The maintenance is done: you can manipulate ref_obj_1 again."])
+def test_warehouse_every_way_magma_forbids_an_object_pauses_it_until_it_is_allowed_again(forbid: str, allow: str
+                                                                                         ) -> None:
+    # MAGMA's ForbidObjectRequest and AllowObjectRequest, each of their wordings. Held-out
+    # SortingWithInterdictionsDefinition@18: "From now on, ref_obj_1 cannot be used in sorting cycles."
+    # withdrew ref_obj_1's area instead, so its cycle asked where it goes where MAGMA wants it refused.
+    rules = ["From now on, ref_obj_3 goes to area4, and every other object goes to area5."]
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        Stage(rules[0]),
+        Stage(forbid),
+        Stage("Launch a cycle for ref_obj_2 and ref_obj_3 and ref_obj_1."),
+        Stage(allow),
+        Stage("Launch a cycle for ref_obj_1.", sorted_into({"ref_obj_1": "area5"}, 1), budget=4),
+    ], WAREHOUSE_RULES)
+    assert said[2] == "Sorry, I cannot do that now: ref_obj_1 must not be handled yet. Tell me when I may."
+    assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area5)"]
+    assert not asked

@@ -355,7 +355,7 @@ def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> 
             pending = []
             continue
         pending = []
-        if not places and _NOT_USED.search(clause):
+        if not places and _NOT_USED.search(clause) and not _PAUSED.search(clause):
             out.update(dict.fromkeys(named))
         elif not places and _ABOUT_AREA.search(clause):
             pending = named
@@ -477,12 +477,14 @@ def _categories_asked(request: str, categories: Iterable[frozenset[str]]) -> lis
     return [cat for _, cat in sorted(found, key=lambda x: x[0])]
 
 
-# "do not manipulate yet ref_obj_1", "do not sort ref_obj_2 until I say otherwise": a pause, not a withdrawal.
+# "do not manipulate yet ref_obj_1", "do not sort ref_obj_2 until I say otherwise", "ref_obj_1 cannot be
+# used in sorting cycles" (MAGMA's ForbidObjectRequest): a pause, not a withdrawal.
 _PAUSED = re.compile(r"\b(?:do not|don't|must not|should not|cannot|can't)\s+(?:be\s+)?(?:manipulate|use|sort|move|"
-                     r"touch|take|send|handle|grab)\w*\b[^.]*?\b(?:yet|until|for now|for the moment|temporarily)\b",
-                     re.I)
+                     r"touch|take|send|handle|grab)\w*\b[^.]*?\b(?:yet|until|for now|for the moment|temporarily|"
+                     r"in\s+(?:any\s+)?(?:sorting\s+)?cycles?)\b", re.I)
 _RESUMED = re.compile(r"\b(?:can be (?:used|sorted|moved|manipulated|handled) again|(?:is|are) fixed|available again|"
-                      r"no longer (?:blocked|paused)|you can (?:use|sort|move|manipulate) (?:it|them) again)\b", re.I)
+                      r"no longer (?:blocked|paused)|you can (?:use|sort|move|manipulate|handle)\b[^.]*?\bagain)\b",
+                      re.I)
 # "If an object have no default assignment, send it to area1."
 _FALLBACK = re.compile(r"\bno\s+(?:default\s+)?(?:assignment|area)\b[^.]*?\b(?:send|put|move|place)\s+(?:it|them)\s+"
                        r"(?:to|in|into)\s+(?:the\s+)?(?P<area>[\w-]+)", re.I)

@@ -64,9 +64,11 @@ _STANDING = re.compile(r"\b(?:default|standard|usual)\s+(?:\w+\s+)?(?:recipe|rul
 
 # What is in stock, gone or back ("We are out of white capsules until further notice.", "You can use
 # white coffee again now.", "The white capsules have been restocked."): a fact for later requests.
+# Likewise an object allowed again ("ref_obj_1 can be used again now.", "you can manipulate ref_obj_1 again").
 _STOCK = re.compile(r"\b(?:we are out of|until further notice|(?:is|are)\s+(?:available|in stock)\s+again|"
                     r"(?:has|have)\s+been\s+restocked|back in stock|(?:can|may)\s+use\b[\w\s-]*\bagain\s+now|"
-                    r"we have\b[\w\s-]*\bagain)\b", re.IGNORECASE)
+                    r"we have\b[\w\s-]*\bagain|(?:can|may)\s+be\s+(?:used|sorted|moved|manipulated|handled)\s+again|"
+                    r"you\s+(?:can|may)\s+(?:manipulate|handle|sort|move)\b[\w\s-]*\bagain)\b", re.IGNORECASE)
 
 # "Use these rules from now on: ref_obj_2 goes to area5": adopting rules is not acting on them.
 _ADOPT = frozenset(("use", "apply", "follow", "adopt", "keep", "consider"))
