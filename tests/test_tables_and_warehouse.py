@@ -1001,3 +1001,21 @@ def test_warehouse_every_way_magma_forbids_an_object_pauses_it_until_it_is_allow
     assert said[2] == "Sorry, I cannot do that now: ref_obj_1 must not be handled yet. Tell me when I may."
     assert world.calls == ["grab_object(ref_obj_1)", "place_object_in_area(area5)"]
     assert not asked
+
+
+def test_warehouse_magma_s_plural_category_rules_give_every_object_and_every_category_named() -> None:
+    # MAGMA's GiveObjectCategoryRequest and GiveCategoryAssignmentRequest in their plural forms
+    # ("{sources} are {target}", "{sources} go to {target}"): only the last object, or one category
+    # made of all the names, was read.
+    objects, areas = ["ref_obj_1", "ref_obj_2", "ref_obj_3"], [f"area{i}" for i in range(1, 6)]
+    fragile, product_a, rare = frozenset({"fragile"}), frozenset({"product", "a"}), frozenset({"rare"})
+    member, _, _ = read_categories(["New rule: ref_obj_1 and ref_obj_2 are Fragile."], objects, areas)
+    assert member == {"ref_obj_1": fragile, "ref_obj_2": fragile}
+    rules = ["Hello, ref_obj_1 and ref_obj_2 are Fragile, ref_obj_3 is Product A.",
+             "New rule: Fragile and Product A go to area3"]
+    member, routes, _ = read_categories(rules, objects, areas)
+    assert member == {"ref_obj_1": fragile, "ref_obj_2": fragile, "ref_obj_3": product_a}
+    assert routes == {fragile: "area3", product_a: "area3"}
+    rules = ["Hello, ref_obj_1 is Fragile, ref_obj_2 is Product A, ref_obj_3 is Rare.",
+             "Fragile, Product A, and Rare go to area3"]
+    assert read_categories(rules, objects, areas)[1] == {fragile: "area3", product_a: "area3", rare: "area3"}

@@ -436,6 +436,10 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
     for rule in rules:
         this_rule: set[frozenset[str]] = set()
         named_here: set[str] = set()  # "ref_obj_3 is Rare, and every other object is B": B is all but these
+        # MAGMA's plural forms: "ref_obj_1 and ref_obj_2 are Fragile", "Fragile, Product A, and Rare go to
+        # area3": the subjects before the one the verb follows, split off by the parts' own separators.
+        subjects: list[str] = []
+        categories: list[frozenset[str]] = []
         for part in _PARTS.split(rule):
             if not part.strip():
                 continue
@@ -447,12 +451,23 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                     # "... and every other category goes to area4" replaces the older routes.
                     others = places[0]
                     routes = {cat: area for cat, area in routes.items() if cat in this_rule}
-                elif (route := _CATEGORY_ROUTE.match(part)) is not None and (cat := _category(route["cat"])):
-                    routes[cat] = places[0]
-                    this_rule.add(cat)
+                elif (route := _CATEGORY_ROUTE.match(part)) is not None:
+                    known = set(member.values()) | set(routes)
+                    for cat in [*categories, *_route_categories(route["cat"], known)]:
+                        routes[cat] = places[0]
+                        this_rule.add(cat)
+                subjects, categories = [], []
+                continue
+            if not places and named and not _MEMBER.search(part) and not _without(part, named).strip():
+                subjects += named  # "ref_obj_1" of "ref_obj_1 and ref_obj_2 are Fragile"
+                continue
+            if not places and not named and (cat := _category(part)) in set(member.values()) | set(routes):
+                categories.append(cat)  # "Fragile" of "Fragile, Product A, and Rare go to area3"
                 continue
             if places or (match := _MEMBER.search(part)) is None or not (cat := _category(match["cat"])):
+                subjects, categories = [], []
                 continue
+            named, subjects, categories = [*subjects, *named], [], []
             if named:
                 member.update(dict.fromkeys(named, cat))
                 named_here.update(named)
@@ -463,6 +478,22 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                 # an older rule said of it.
                 member.update({o: cat for o in objects if o not in named_here})
     return member, routes, others
+
+
+def _without(text: str, names: Sequence[str]) -> str:
+    for name in names:
+        text = re.sub(rf"\b{re.escape(name)}\b", " ", text, flags=re.IGNORECASE)
+    return text
+
+
+def _route_categories(phrase: str, known: set[frozenset[str]]) -> list[frozenset[str]]:
+    """The categories a route names: "Fragile and Product A" is two when each is known, and one
+    ("Food and Drinks") when the whole is known or its pieces are not."""
+    whole = _category(phrase)
+    pieces = [_category(p) for p in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+", phrase) if p.strip()]
+    if len(pieces) > 1 and whole not in known and all(p in known for p in pieces):
+        return pieces
+    return [whole] if whole else []
 
 
 def _categories_asked(request: str, categories: Iterable[frozenset[str]]) -> list[frozenset[str]]:
