@@ -57,6 +57,14 @@ WAREHOUSE_TOOLS = ["take_obj", "depose", "add_new_location", "remove_location"]
     ("ref_obj_1 can be used again now.", "acknowledge"),
     ("The maintenance is done: you can manipulate ref_obj_1 again.", "acknowledge"),
     ("From now on, ref_obj_1 is available again for sorting cycles.", "acknowledge"),
+    # MAGMA wordings the model was left to decide, or read wrongly (an audit of its request templates)
+    ("Hello, ref_obj_1 is Fragile.", "acknowledge"),
+    ("Hello, ref_obj_1 and ref_obj_2 are Fragile, ref_obj_3 is Rare.", "acknowledge"),
+    ("Replace the rule forbidding apple and juice together with a rule forbidding fish and milk together.",
+     "acknowledge"),
+    ("There are now deliveries to prepare as well: delivery AD-001 for Karim Benali in Lyon, using standard service, "
+     "containing 1 snacks product and delivery AD-002 for Alice Martin in Paris, using priority service, containing "
+     "1 snacks product.", "act"),
     ("There is now another delivery to prepare as well: delivery AD-003 for Emma Laurent in Marseille, using priority "
      "service, containing 1 electronics product.", "act"),
     # Third held-out set (SimpleSortingDefinition@2): adopting rules is not acting on them.

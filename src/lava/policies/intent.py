@@ -37,7 +37,8 @@ _WEAK_INFORM = re.compile(r"\b(always|never|must|should|rules?|constraint|defaul
                           r"is broken|out of stock|is empty|(?:has|have) changed|(?:is|are) for)\b",
                           re.IGNORECASE)
 _WANT = re.compile(r"\b(would like|'d like|wants? an?|needs? an?|"
-                   r"(?:new|another) (recipe|order|delivery|task|request)s?)\b", re.IGNORECASE)
+                   r"(?:new|another) (recipe|order|delivery|task|request)s?|"
+                   r"(?:deliver(?:y|ies)|orders?|tasks?) to (?:prepare|process|handle|do))\b", re.IGNORECASE)
 _QUESTION_START = re.compile(
     r"^(who|what|which|where|when|why|how|whose|is there|are there|is it|do you|does|did|have you|has|"
     r"can you tell|could you tell|tell me)\b", re.IGNORECASE)
@@ -59,8 +60,8 @@ _STATED = frozenset(("is", "are", "was", "were", "has", "have", "prefers", "like
 # Editing a standing recipe or rule ("Replace the standard tray recipe with ananas and milk") changes
 # what later requests mean; nothing is done now.
 _EDITS = frozenset(("replace", "change", "update", "swap", "modify", "substitute"))
-_STANDING = re.compile(r"\b(?:default|standard|usual)\s+(?:\w+\s+)?(?:recipe|rule|composition|menu)s?\b",
-                       re.IGNORECASE)
+_STANDING = re.compile(r"\b(?:default|standard|usual)\s+(?:\w+\s+)?(?:recipe|rule|composition|menu)s?\b|"
+                       r"\brule\s+(?:forbidding|saying|stating|that|which)\b", re.IGNORECASE)
 
 # What is in stock, gone or back ("We are out of white capsules until further notice.", "You can use
 # white coffee again now.", "The white capsules have been restocked."): a fact for later requests.
@@ -152,11 +153,16 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     stripped = text.strip()
     if _QUESTION_START.match(_strip_greeting(stripped)) or stripped.endswith("?"):
         return "answer"
-    if _WEAK_INFORM.search(text):
+    if _WEAK_INFORM.search(text) or _NAMES_ARE.match(_strip_greeting(stripped)):
         return "acknowledge"
     if re.search(r"\bplease\b", text, re.IGNORECASE):
         return "act"
     return None
+
+
+# "ref_obj_1 and ref_obj_2 are Fragile, ref_obj_3 is Rare" (MAGMA's categories after its bare "Hello, "):
+# things named by identifiers, said to be something.
+_NAMES_ARE = re.compile(r"^(?:[a-z]+_\w+(?:\s*,\s*(?:and\s+)?|\s+and\s+)?)+\s+(?:is|are)\s+\w", re.IGNORECASE)
 
 
 def _strip_greeting(text: str) -> str:
