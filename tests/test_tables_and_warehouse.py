@@ -1019,3 +1019,20 @@ def test_warehouse_magma_s_plural_category_rules_give_every_object_and_every_cat
     rules = ["Hello, ref_obj_1 is Fragile, ref_obj_2 is Product A, ref_obj_3 is Rare.",
              "Fragile, Product A, and Rare go to area3"]
     assert read_categories(rules, objects, areas)[1] == {fragile: "area3", product_a: "area3", rare: "area3"}
+
+
+def test_warehouse_an_area_in_magma_s_cycle_list_binds_to_the_object_before_it_the_others_keep_their_default() -> None:
+    # MAGMA's WarehouseSortingInterruptionRequest: "Launch a sorting cycle for ref_obj_1 to area2 and
+    # ref_obj_3." (each object "to areaN" or bare, for its default area); ref_obj_3 went to area2 too.
+    world = Warehouse(5)
+    _, asked = episode(world, [
+        Stage("From now on, ref_obj_3 goes to area4, and every other object goes to area5."),
+        *cycle("Launch a sorting cycle for ref_obj_1 to area2 and ref_obj_3.", {"ref_obj_1": "area2",
+                                                                                  "ref_obj_3": "area4"}),
+        # the plain reading stays: one area after a list of objects sends them all there
+        *cycle("I need a cycle for ref_obj_1 and ref_obj_2 to area3 please", {"ref_obj_1": "area3",
+                                                                               "ref_obj_2": "area3"}),
+    ], WAREHOUSE_RULES)
+    assert world.calls[:4] == ["grab_object(ref_obj_1)", "place_object_in_area(area2)",
+                               "grab_object(ref_obj_3)", "place_object_in_area(area4)"]
+    assert not asked

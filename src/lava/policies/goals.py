@@ -337,6 +337,16 @@ _REST = re.compile(r"\bthe\s+rest\b|\bother\s+(?:objects?|items?|ones)\b", re.IG
 _PRONOUN = re.compile(r"\b(?:it|it's|its|they|they're|now)\b", re.IGNORECASE)
 
 
+_CYCLE_FOR = re.compile(r"\bcycle\s+for\b", re.IGNORECASE)
+_SENDING_ALL = re.compile(r"\b(?:send|sending|move|moving|put|putting|bring|bringing)\b", re.IGNORECASE)
+
+
+def _named_after_an_area(clause: str, named: Sequence[str], places: Sequence[str]) -> bool:
+    lowered = clause.lower()
+    first_area = min(m.start() for p in places for m in re.finditer(rf"\b{re.escape(p.lower())}\b", lowered))
+    return any(m.start() > first_area for o in named for m in re.finditer(rf"\b{re.escape(o.lower())}\b", lowered))
+
+
 def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> dict[str, str | None]:
     """Object -> area as a text states it ("ref_obj_1 goes to area2, ref_obj_2 goes to area3", "send
     ref_obj_3 and ref_obj_1 to area3", "all objects to area2", "consider area1 the default for
@@ -355,6 +365,15 @@ def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> 
             pending = []
             continue
         pending = []
+        if len(named) > 1 and places and _CYCLE_FOR.search(clause) and not _SENDING_ALL.search(clause) \
+                and _named_after_an_area(clause, named, places):
+            # MAGMA's "cycle for ref_obj_1 to area2 and ref_obj_3": an area binds to the object just
+            # before it, and an object without one keeps its default. ("a cycle for ref_obj_1 and
+            # ref_obj_2 to area3" still sends both there.)
+            out.update({o: m["area"] for o in named if (m := re.search(
+                rf"\b{re.escape(o)}\s+to\s+(?:the\s+)?(?P<area>[\w-]+)", clause, re.IGNORECASE))
+                and m["area"] in places})
+            continue
         if not places and _NOT_USED.search(clause) and not _PAUSED.search(clause):
             out.update(dict.fromkeys(named))
         elif not places and _ABOUT_AREA.search(clause):
