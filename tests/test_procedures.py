@@ -421,6 +421,22 @@ def test_a_coffee_refused_then_dropped_leaves_the_other_one_to_make() -> None:
     assert said[-1].startswith("Done") and not asked
 
 
+def test_a_substitute_taste_then_the_order_the_request_gives() -> None:
+    # MAGMA's make_coffee substitute request (requests/common.py), ordered form: the substitute's sentence
+    # names Scott first, and Scott's coffee was made before Lee's.
+    rule = "Hey, please remember that Scott like their coffee milky, Lee like their coffee white."
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage(rule),
+        Stage("There are no milky capsules left for now."),
+        Stage("Please make first the coffee for Lee and then the one for Scott."),  # refused: Scott's is gone
+        Stage("Use black coffee instead for Scott. Please make first the coffee for Lee and then the one for Scott.",
+              served("white"), budget=4),
+        Stage(None, served("white", "black"), budget=4),
+    ], [COFFEE_RULE])
+    assert "milky" in said[2] and world.coffees == ["white", "black"] and not asked
+
+
 def test_preference_questions_are_answered_from_the_rules_and_the_registry() -> None:
     # MAGMA's AskCoffeePreferenceForUserStage (words only) and AskTeamCoffeePreferencesStage (the members
     # lookup allowed before the answer): a person's own preference is what a rule gave them; what their

@@ -154,9 +154,17 @@ _DO_NOT = re.compile(r"^\s*(?:please\s+)?(?:do not|don't|never)\b", re.I)
 def people(request: str, names: Mapping[str, str]) -> list[str]:
     """The people a request is for, in order ("for Lee and then the one for Clark": Lee, Clark); not
     those a sentence excludes ("Do not make the coffee for Scott. Please prepare only the coffee for Lee.")."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", request) if not _DO_NOT.match(s)]
+    found = _people_in(" ".join(sentences), names)
+    # "Use black coffee instead for Scott. Please make first the coffee for Lee and then the one for
+    # Scott.": a sentence naming everyone gives the order.
+    return next((order for s in sentences if len(order := _people_in(s, names)) > 1 and set(order) == set(found)),
+                found)
+
+
+def _people_in(text: str, names: Mapping[str, str]) -> list[str]:
     found: list[str] = []
-    request = " ".join(s for s in re.split(r"(?<=[.!?])\s+", request) if not _DO_NOT.match(s))
-    for match in _FOR_PEOPLE.finditer(request):
+    for match in _FOR_PEOPLE.finditer(text):
         for who in re.split(r"\s*(?:,|\band\b)\s*", match["who"]):
             if who and who not in names and who.lower() not in _STOP and who not in found:
                 found.append(who)
