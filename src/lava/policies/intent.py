@@ -57,6 +57,11 @@ _STATED = frozenset(("is", "are", "was", "were", "has", "have", "prefers", "like
                      "goes", "belongs", "uses", "drinks"))
 
 
+# "ref_obj_1 and ref_obj_2 are Fragile, ref_obj_3 is Rare" (MAGMA's categories after its bare "Hello, "):
+# things named by identifiers, said to be something.
+_NAMES_ARE = re.compile(r"^(?:[a-z]+_\w+(?:\s*,\s*(?:and\s+)?|\s+and\s+)?)+\s+(?:is|are)\s+\w", re.IGNORECASE)
+
+
 # Editing a standing recipe or rule ("Replace the standard tray recipe with ananas and milk") changes
 # what later requests mean; nothing is done now.
 _EDITS = frozenset(("replace", "change", "update", "swap", "modify", "substitute"))
@@ -158,11 +163,6 @@ def heuristic_intent(text: str, tool_names: Sequence[str]) -> Intent | None:
     if re.search(r"\bplease\b", text, re.IGNORECASE):
         return "act"
     return None
-
-
-# "ref_obj_1 and ref_obj_2 are Fragile, ref_obj_3 is Rare" (MAGMA's categories after its bare "Hello, "):
-# things named by identifiers, said to be something.
-_NAMES_ARE = re.compile(r"^(?:[a-z]+_\w+(?:\s*,\s*(?:and\s+)?|\s+and\s+)?)+\s+(?:is|are)\s+\w", re.IGNORECASE)
 
 
 def _strip_greeting(text: str) -> str:

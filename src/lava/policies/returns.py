@@ -128,7 +128,8 @@ _PREPARING = re.compile(r"\bwhich\s+deliver(?:y|ies)\s+are\s+you\s+(?:preparing|
 
 def delivery_answer(question: str, requests: Sequence[str]) -> str | None:
     """What a request said of the delivery a question names ("What are the recipient name,
-    destination city, and requested products for delivery AD-001?"), in the request's words."""
+    destination city, and requested products for delivery AD-001?"), in MAGMA's words; or which
+    deliveries are being prepared."""
     if _PREPARING.search(question):
         ids = list(dict.fromkeys(m["id"] for text in requests[:1] for m in _DELIVERY.finditer(text)))
         if ids:
