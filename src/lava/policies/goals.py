@@ -452,6 +452,10 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
     member: dict[str, frozenset[str]] = {}
     routes: dict[frozenset[str], str] = {}
     others: str | None = None
+
+    def known() -> set[frozenset[str]]:
+        return set(member.values()) | set(routes)
+
     for rule in rules:
         this_rule: set[frozenset[str]] = set()
         named_here: set[str] = set()  # "ref_obj_3 is Rare, and every other object is B": B is all but these
@@ -471,8 +475,7 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                     others = places[0]
                     routes = {cat: area for cat, area in routes.items() if cat in this_rule}
                 elif (route := _CATEGORY_ROUTE.match(part)) is not None:
-                    known = set(member.values()) | set(routes)
-                    for cat in [*categories, *_route_categories(route["cat"], known)]:
+                    for cat in [*categories, *_route_categories(route["cat"], known())]:
                         routes[cat] = places[0]
                         this_rule.add(cat)
                 subjects, categories = [], []
@@ -480,7 +483,7 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
             if not places and named and not _MEMBER.search(part) and not _without(part, named).strip():
                 subjects += named  # "ref_obj_1" of "ref_obj_1 and ref_obj_2 are Fragile"
                 continue
-            if not places and not named and (cat := _category(part)) in set(member.values()) | set(routes):
+            if not places and not named and (cat := _category(part)) in known():
                 categories.append(cat)  # "Fragile" of "Fragile, Product A, and Rare go to area3"
                 continue
             if places or (match := _MEMBER.search(part)) is None or not (cat := _category(match["cat"])):
