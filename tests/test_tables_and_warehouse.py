@@ -1036,3 +1036,21 @@ def test_warehouse_an_area_in_magma_s_cycle_list_binds_to_the_object_before_it_t
     assert world.calls[:4] == ["grab_object(ref_obj_1)", "place_object_in_area(area2)",
                                "grab_object(ref_obj_3)", "place_object_in_area(area4)"]
     assert not asked
+
+
+def test_a_cycle_for_two_categories_without_areas_asks_about_each_category_then_goes_on() -> None:
+    # Held-out SortingCategoryDefinition@19: "Launch a cycle for all objects from categories Category 1
+    # and Type X4." was asked about as "ref_obj_1 and ref_obj_3"; MAGMA's stage wants the categories
+    # asked about (its own question: "Which target areas should be used for Category 1 and Type X4?").
+    world = Warehouse(5)
+    answer = {"ref_obj_1": "area2", "ref_obj_3": "area4"}
+    said, asked = episode(world, [
+        Stage("Hello, ref_obj_1 and ref_obj_2 are Category 1, ref_obj_3 is Type X4."),
+        Stage("Launch a cycle for all objects from categories Category 1 and Type X4."),
+        Stage("For this cycle, consider that category Category 1 goes to area2. For this cycle, consider that "
+              "category Type X4 goes to area4.", sorted_into({**answer, "ref_obj_2": "area2"}, 1), budget=4),
+    ], WAREHOUSE_RULES)
+    assert said[1] == ("Which area should category Category 1 (ref_obj_1 and ref_obj_2) and category Type X4 "
+                       "(ref_obj_3) go to? I have no target area for them.")
+    assert world.calls[:2] == ["grab_object(ref_obj_1)", "place_object_in_area(area2)"]
+    assert not asked

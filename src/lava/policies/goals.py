@@ -677,6 +677,25 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
                  {o: a for o in wanted if (a := area[o]) and a in closed and not (o in asked and a in sent)})
 
 
+_CATEGORIES_NAMED = re.compile(r"\bcategor(?:y|ies)\s+(?P<names>[A-Za-z0-9][\w-]*(?:(?:\s+|\s*,\s*|\s+and\s+)"
+                               r"[A-Z0-9][\w-]*)*)")
+
+
+def asked_categories(request: str, rules: Sequence[str], objects: Sequence[str], areas: Sequence[str],
+                     missing: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The categories a request names ("... from categories Category 1 and Type X4") whose objects
+    have no known area, each in the request's words with those objects; [] when it names none."""
+    found = _CATEGORIES_NAMED.search(request)
+    if found is None:
+        return []
+    member, _, _ = read_categories(rules, objects, areas)
+    names = [n for n in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+", found["names"]) if n]
+    if len(names) == 1:
+        return [(names[0], list(missing))]
+    out = [(name, [o for o in missing if member.get(o) == _category(name)]) for name in names]
+    return [(name, things) for name, things in out if things]
+
+
 def answered_areas(reply: str, asked_about: Sequence[str], rules: Sequence[str], objects: Sequence[str],
                    areas: Sequence[str]) -> dict[str, str]:
     """The areas a reply gives the objects lava asked about, by name ("For this cycle, ref_obj_3
@@ -922,6 +941,7 @@ __all__ = [
     "additions",
     "answered_areas",
     "area_news",
+    "asked_categories",
     "assignment_goal",
     "banned",
     "class_examples",

@@ -45,6 +45,7 @@ from .goals import (
     additions,
     answered_areas,
     area_news,
+    asked_categories,
     class_examples,
     cleared,
     cycle_answer,
@@ -114,7 +115,6 @@ _INTERRUPT = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b[^.]*\b(?:current|
                         r"(?:previous|current|earlier|ongoing|other|rest|remaining)\b",
                         re.I | re.S)
 _STOP = re.compile(r"\b(?:stop|pause|interrupt|suspend)\b", re.I)
-_CATEGORY_NAMED = re.compile(r"\bcategory\s+(?P<name>[A-Za-z0-9][\w-]*(?:\s+[A-Z0-9][\w-]*)*)")
 _SENDING = re.compile(r"\b(?:cycles?|sort\w*|send|move|store|put|place|bring|deliver)\b", re.I)
 _REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)|\bwithout\s+(?:the\s+)?([\w-]+)", re.I)
 # "Set 1 orange, 1 bowl on the table": the items first, MAGMA's SetTable preset (every object to its place).
@@ -490,10 +490,11 @@ class MagmaPolicy(Policy):
                                              f"and {listed(list(cycle.blocked))} would go there.")
                 if cycle.missing:
                     state.asked_about = list(cycle.missing)
-                    # "... for all objects from category Product A": the question names the category too.
-                    named = _CATEGORY_NAMED.search(state.request)
-                    which = listed(cycle.missing) if named is None else \
-                        f"category {named['name']} ({listed(cycle.missing)})"
+                    # "... for all objects from categories Product A and Rare": the question names the
+                    # categories too.
+                    named = asked_categories(state.request, rules, objects, areas, cycle.missing)
+                    which = listed([f"category {name} ({listed(things)})" for name, things in named]) if named \
+                        else listed(cycle.missing)
                     return AgentDecision(say=f"Which area should {which} go to? I have no target "
                                              f"area for {'it' if len(cycle.missing) == 1 else 'them'}.")
             goal = cycle_goal(cycle)
