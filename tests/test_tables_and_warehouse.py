@@ -1054,3 +1054,20 @@ def test_a_cycle_for_two_categories_without_areas_asks_about_each_category_then_
                        "(ref_obj_3) go to? I have no target area for them.")
     assert world.calls[:2] == ["grab_object(ref_obj_1)", "place_object_in_area(area2)"]
     assert not asked
+
+
+def test_set_the_table_follows_the_rule_that_says_what_setting_it_means() -> None:
+    # Held-out table_cleaning SimpleDefinition@20: after "From now on, when I ask you to set the table,
+    # put 1 mango and 1 orange on it.", "Set the table." named no items, so the model chose, and it
+    # brought goblet_1 and bowl_2 (MAGMA's SetTableStage: one slot per stage, 4 calls each).
+    rule = "From now on, when I ask you to set the table, put 1 mango and 1 orange on it."
+    world = Kitchen({"table": ["sponge"], "food_storage": ["mango_2", "orange_2", "mango_1"],
+                     "dish_storage": ["goblet_1", "mug_1", "bowl_2"]})
+    said, asked = episode(world, [
+        Stage(rule),
+        Stage("Set the table.", lambda k: "mango_2" in k.places["table"], budget=4),
+        Stage(None, lambda k: "orange_2" in k.places["table"], budget=4),
+        Stage(None, answer=True),
+    ], KITCHEN_RULES)
+    assert world.puts == [("mango_2", "table"), ("orange_2", "table")]
+    assert acknowledged(said[0], rule) and said[-1].startswith("Done") and not asked

@@ -846,6 +846,25 @@ def additions(request: str, places: Iterable[str]) -> tuple[str, list[tuple[int,
     return (named[0], items) if len(named) == 1 and items else None
 
 
+_WHEN_ASKED = re.compile(r"\bwhen(?:ever)?\s+(?:i|we|you)\s+(?:ask|tell|say|request)\b", re.IGNORECASE)
+
+
+def standing_additions(request: str, rules: Sequence[str], places: Iterable[str]
+                       ) -> tuple[str, list[tuple[int, str]]] | None:
+    """`additions` of the request, else of the latest rule that says what such a request means:
+    "Set the table." after "From now on, when I ask you to set the table, put 1 banana and 1 apple on it"."""
+    places = list(places)
+    found = additions(request, places)
+    if found is not None or not _ADD.search(request):
+        return found
+    asked = words(request)
+    for rule in reversed(rules):
+        if (_WHEN_ASKED.search(rule) and asked <= words(rule) and (ruled := additions(rule, places)) is not None
+                and words(ruled[0]) <= asked):
+            return ruled
+    return None
+
+
 def _matches(what: frozenset[str], thing: str) -> bool:
     return bool(what) and what <= words(thing)
 
@@ -963,6 +982,7 @@ __all__ = [
     "routed",
     "routes",
     "sibling_home",
+    "standing_additions",
     "stem",
     "targets",
     "unavailable",

@@ -42,7 +42,6 @@ from .demos import _PUT, finisher, pick_and_place_demo, roles
 from .demos import _TAKE as _TAKE_VERB
 from .goals import (
     NUMBER,
-    additions,
     answered_areas,
     area_news,
     asked_categories,
@@ -61,6 +60,7 @@ from .goals import (
     routed,
     routes,
     sibling_home,
+    standing_additions,
     stem,
     unavailable,
     words,
@@ -585,7 +585,7 @@ class MagmaPolicy(Policy):
         one already there stays uninspected: taking it to look costs three calls of a stage that
         allows four, and it is most often clean."""
         _, take, put = roles(situation.toolbox)
-        wanted = additions(state.request, [*state.scene, *location_values(situation.attributes)])
+        wanted = standing_additions(state.request, rules, [*state.scene, *location_values(situation.attributes)])
         if wanted is None or take is None or put is None:
             return None
         place, items = wanted
@@ -634,7 +634,8 @@ class MagmaPolicy(Policy):
         orange_1): one constrained model choice each among the types the request does not name."""
         if state.scene is None:
             return []
-        wanted = additions(state.request, [*state.scene, *location_values(situation.attributes)])
+        wanted = standing_additions(state.request, [*situation.memory.memory_list, *state.rules],
+                                    [*state.scene, *location_values(situation.attributes)])
         if wanted is None:
             return []
         # What the robot holds is in no place of the scene, but it is still an object of its kind.
