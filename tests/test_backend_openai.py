@@ -11,9 +11,10 @@ import pytest
 from conftest import user_input
 from lava.backends.base import GenerationRequest, Message
 from lava.backends.openai_compat import OpenAICompatBackend, guess_profile, strict_object_schema
-from lava.backends.retry import RetryPolicy
+from lava.backends.retry import Failure, RetryPolicy, with_retries
+from lava.deadlines import set_deadline
 from lava.engine import Engine
-from lava.errors import BackendRateLimited, BackendResponseError, BackendUnavailable
+from lava.errors import BackendRateLimited, BackendResponseError, BackendTimeout, BackendUnavailable
 from lava.policies.full_history import FullHistoryPolicy
 from lava.protocol import AgentRequest
 from lava.settings import Settings
@@ -147,6 +148,23 @@ def test_connection_refused_is_unavailable() -> None:
     replay = Replay([refuse, refuse])
     with pytest.raises(BackendUnavailable):
         asyncio.run(backend(replay, "vllm", attempts=2).generate(gen_request()))
+
+
+def test_the_last_attempt_keeps_its_cause_however_little_time_is_left() -> None:
+    """The deadline cuts retries short, but where no retry was due the failure's own code stands."""
+    refused = Failure(BackendUnavailable("cannot reach the server"), transient=True)
+
+    async def attempt() -> None:
+        raise refused
+
+    async def run_with_a_deadline(policy: RetryPolicy) -> None:
+        set_deadline(time.monotonic() + 1.0)
+        await with_retries(attempt, lambda exc: refused, policy)
+
+    with pytest.raises(BackendUnavailable, match="cannot reach"):
+        asyncio.run(run_with_a_deadline(RetryPolicy(attempts=1, base_delay_s=10.0)))
+    with pytest.raises(BackendTimeout, match="deadline leaves"):  # a retry that would overrun it is not waited for
+        asyncio.run(run_with_a_deadline(RetryPolicy(attempts=2, base_delay_s=10.0)))
 
 
 def test_responses_api() -> None:

@@ -93,7 +93,7 @@ def test_unreachable_server(kind) -> None:
         assert client.get("/health").status_code == 200  # an unreachable backend never stops the server
         response = client.post("/v1/responses", json={"request_id": "r", "inputs": [user_input(memory=MEMORY)]})
     (out,) = response.json()
-    assert out["status"] == "error" and out["error"]["code"] == "backend_unavailable"
+    assert out["status"] == "error" and out["error"]["code"] == "backend_unavailable", out["error"]
     assert out["memory"] == MEMORY and SECRET not in response.text
 
 

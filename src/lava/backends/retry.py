@@ -71,6 +71,10 @@ async def with_retries(
 
     def wait(state: RetryCallState) -> float:
         failure = state.outcome.exception() if state.outcome else None
+        if state.attempt_number >= policy.attempts:
+            # tenacity asks for the wait before it checks `stop`: no retry follows the last attempt, so
+            # the deadline must not turn its failure into a timeout.
+            return 0.0
         backoff = min(policy.max_delay_s, policy.base_delay_s * 2 ** (state.attempt_number - 1))
         delay = backoff * (0.5 + random.random() / 2)  # jitter: replicas must not retry in lockstep
         if isinstance(failure, Failure) and failure.retry_after_s is not None:
