@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .task_state import Intent
+from .task_state import Intent, sentences
 
 _ACT_VERBS = frozenset((
     "press", "push", "toggle", "launch", "start", "run", "sort", "move", "place", "put", "take", "grab", "pick",
@@ -100,7 +100,7 @@ _PLEASE_DO = re.compile(r"^\s*please\s+(?P<verb>[a-z]+)\b", re.IGNORECASE)
 def _asks_after(text: str, tool_words: set[str]) -> bool:
     """A later sentence asks for something now ("... Please prepare only the coffee for Lee."): the
     prohibition before it scopes that request rather than stating a rule."""
-    later = [s for s in re.split(r"(?<=[.!?])\s+", text.strip())[1:] if not _WEAK_INFORM.search(s)]
+    later = [s for s in sentences(text)[1:] if not _WEAK_INFORM.search(s)]
     return any((m := _PLEASE_DO.match(s)) and (m["verb"].lower() in _ACT_VERBS or m["verb"].lower() in tool_words)
                for s in later)
 

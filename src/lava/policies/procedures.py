@@ -21,7 +21,7 @@ from typing import Any
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
 from .goals import listed
-from .task_state import mentioned, vocabulary
+from .task_state import mentioned, sentences, vocabulary
 
 _VERBS = ("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do", "run",
           "stop", "move", "send", "detect", "scan", "list", "check", "grab", "pick", "drop", "release", "open",
@@ -154,11 +154,11 @@ _DO_NOT = re.compile(r"^\s*(?:please\s+)?(?:do not|don't|never)\b", re.I)
 def people(request: str, names: Mapping[str, str]) -> list[str]:
     """The people a request is for, in order ("for Lee and then the one for Clark": Lee, Clark); not
     those a sentence excludes ("Do not make the coffee for Scott. Please prepare only the coffee for Lee.")."""
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+", request) if not _DO_NOT.match(s)]
-    found = _people_in(" ".join(sentences), names)
+    kept = [s for s in sentences(request) if not _DO_NOT.match(s)]
+    found = _people_in(" ".join(kept), names)
     # "Use black coffee instead for Scott. Please make first the coffee for Lee and then the one for
     # Scott.": a sentence naming everyone gives the order.
-    return next((order for s in sentences if len(order := _people_in(s, names)) > 1 and set(order) == set(found)),
+    return next((order for s in kept if len(order := _people_in(s, names)) > 1 and set(order) == set(found)),
                 found)
 
 

@@ -333,6 +333,14 @@ def vocabulary(attributes: Mapping[str, Any]) -> dict[str, str]:
     return names
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """The text's sentences, each with its end mark ("Do not make X. Please make Y." is two)."""
+    return _SENTENCE_END.split(text.strip())
+
+
 def mentioned(text: str, names: Iterable[str]) -> list[str]:
     """Names the text mentions, in order of mention, repeated as often as it asks ("two times sw0")."""
     found: list[tuple[int, str, int]] = []
@@ -420,4 +428,5 @@ def one_dimensional(toolbox: ToolBox) -> bool:
 
 
 __all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "numbered_family",
-           "numbers_as_names", "one_dimensional", "read_results", "remaining", "results_with_calls", "vocabulary"]
+           "numbers_as_names", "one_dimensional", "read_results", "remaining", "results_with_calls", "sentences",
+           "vocabulary"]
