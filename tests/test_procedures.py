@@ -403,38 +403,41 @@ def test_team_questions_look_each_one_up_then_answer_from_the_registry(tools: li
     assert len(members) == 4 and not asked
 
 
+def scott_s_coffee_refused_then(*follow_ups: Stage) -> tuple[CoffeeMachine, list[str], list[str]]:
+    """Scott's milky coffee is out when Lee's and Scott's are asked for; then `follow_ups`."""
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Hey, please remember that Scott like their coffee milky, Lee like their coffee white."),
+        Stage("There are no milky capsules left for now."),
+        Stage("Please make first the coffee for Lee and then the one for Scott."),
+        *follow_ups,
+    ], [COFFEE_RULE])
+    assert "milky" in said[2]  # refused: Scott's is gone
+    return world, said, asked
+
+
 def test_a_coffee_refused_then_dropped_leaves_the_other_one_to_make() -> None:
     # Held-out make_coffee SimpleDefinition@14: "Do not make the coffee for Scott. Please prepare only the
     # coffee for Lee." (MakeOneCoffeStage, after the refusal of Scott's milky coffee) was heard as a
     # rule, because it opens with a prohibition; the stage wanted Lee's white coffee made.
-    rule = "Hey, please remember that Scott like their coffee milky, Lee like their coffee white."
-    world = CoffeeMachine()
-    said, asked = episode(world, [
-        Stage(rule),
-        Stage("There are no milky capsules left for now."),
-        Stage("Please make first the coffee for Lee and then the one for Scott."),  # refused: Scott's is gone
+    world, said, asked = scott_s_coffee_refused_then(
         Stage("Do not make the coffee for Scott. Please prepare only the coffee for Lee.", served("white"),
               budget=4),
         Stage(None),  # CompletionAnswerStage
-    ], [COFFEE_RULE])
-    assert "milky" in said[2] and world.coffees == ["white"] and len(world.calls) == 3
+    )
+    assert world.coffees == ["white"] and len(world.calls) == 3
     assert said[-1].startswith("Done") and not asked
 
 
 def test_a_substitute_taste_then_the_order_the_request_gives() -> None:
     # MAGMA's make_coffee substitute request (requests/common.py), ordered form: the substitute's sentence
     # names Scott first, and Scott's coffee was made before Lee's.
-    rule = "Hey, please remember that Scott like their coffee milky, Lee like their coffee white."
-    world = CoffeeMachine()
-    said, asked = episode(world, [
-        Stage(rule),
-        Stage("There are no milky capsules left for now."),
-        Stage("Please make first the coffee for Lee and then the one for Scott."),  # refused: Scott's is gone
+    world, _, asked = scott_s_coffee_refused_then(
         Stage("Use black coffee instead for Scott. Please make first the coffee for Lee and then the one for Scott.",
               served("white"), budget=4),
         Stage(None, served("white", "black"), budget=4),
-    ], [COFFEE_RULE])
-    assert "milky" in said[2] and world.coffees == ["white", "black"] and not asked
+    )
+    assert world.coffees == ["white", "black"] and not asked
 
 
 def test_preference_questions_are_answered_from_the_rules_and_the_registry() -> None:
