@@ -27,9 +27,11 @@ from lava.policies.goals import (
     Move,
     additions,
     assignment_goal,
+    availability,
     class_examples,
     cycle_answer,
     default_news,
+    read_assignment,
     read_categories,
     read_recipe,
     recipe,
@@ -898,6 +900,29 @@ def test_assignment_goal_reads_rules_requests_withdrawals_and_order() -> None:
     assert moves("What time is it?", WS000_RULES) is None
     goal = assignment_goal("Send ref_obj_1 to area1.", [], OBJECTS, areas3)
     assert goal is not None and goal.moves == [Move(frozenset({"ref", "obj"}), None, "area1", name="ref_obj_1")]
+
+
+@pytest.mark.parametrize(("clause", "said"), [
+    ("Please remember that ref_obj_1 must not be manipulated for now.", "paused"),  # MAGMA's ForbidObjectRequest
+    ("New safety rule: do not sort ref_obj_1 until I say otherwise.", "paused"),
+    ("From now on, ref_obj_1 cannot be used in sorting cycles.", "paused"),
+    ("ref_obj_1 can be used again now.", "resumed"),  # MAGMA's AllowObjectRequest
+    ("From now on, ref_obj_1 is available again for sorting cycles.", "resumed"),
+    ("The maintenance is done: you can manipulate ref_obj_1 again.", "resumed"),
+    ("ref_obj_1 is no longer blocked.", "resumed"),
+    ("ref_obj_3 must not be used anymore.", "withdrawn"),
+    ("ref_obj_3 is not available.", "withdrawn"),
+    ("ref_obj_1 goes to area2.", None),
+])
+def test_a_clause_pauses_resumes_or_withdraws_what_it_names(clause: str, said: str | None) -> None:
+    assert availability(clause) == said
+
+
+def test_a_resumption_that_shares_a_withdrawal_s_words_withdraws_nothing() -> None:
+    # "no longer" also withdraws ("ref_obj_3 is no longer used"): the resumption is read first.
+    areas = ["area1", "area2", "area3"]
+    assert read_assignment("ref_obj_1 is no longer blocked.", OBJECTS, areas) == {}
+    assert read_assignment("ref_obj_3 is no longer used.", OBJECTS, areas) == {"ref_obj_3": None}
 
 
 def test_sibling_home_is_the_one_other_place_holding_the_same_type() -> None:

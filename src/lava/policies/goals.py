@@ -20,6 +20,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..tools import ToolSpec
 from .scene import where
@@ -374,7 +375,7 @@ def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> 
                 rf"\b{re.escape(o)}\s+to\s+(?:the\s+)?(?P<area>[\w-]+)", clause, re.IGNORECASE))
                 and m["area"] in places})
             continue
-        if not places and _NOT_USED.search(clause) and not _PAUSED.search(clause):
+        if not places and availability(clause) == "withdrawn":
             out.update(dict.fromkeys(named))
         elif not places and _ABOUT_AREA.search(clause):
             pending = named
@@ -538,6 +539,22 @@ _PAUSED = re.compile(r"\b(?:do not|don't|must not|should not|cannot|can't)\s+(?:
 _RESUMED = re.compile(r"\b(?:can be (?:used|sorted|moved|manipulated|handled) again|(?:is|are) fixed|available again|"
                       r"no longer (?:blocked|paused)|you can (?:use|sort|move|manipulate|handle)\b[^.]*?\bagain)\b",
                       re.I)
+
+
+def availability(clause: str) -> Literal["paused", "resumed", "withdrawn"] | None:
+    """What a clause says of the objects it names: paused until further notice ("do not manipulate
+    yet ref_obj_1", "ref_obj_1 cannot be used in sorting cycles"), back in use ("ref_obj_1 can be used
+    again now", "ref_obj_1 is no longer blocked"), or out of cycles for good ("ref_obj_3 must not be
+    used anymore"). A pause and a resumption are read before a withdrawal, whose words they share."""
+    if _PAUSED.search(clause):
+        return "paused"
+    if _RESUMED.search(clause):
+        return "resumed"
+    if _NOT_USED.search(clause):
+        return "withdrawn"
+    return None
+
+
 # "If an object have no default assignment, send it to area1."
 _FALLBACK = re.compile(r"\bno\s+(?:default\s+)?(?:assignment|area)\b[^.]*?\b(?:send|put|move|place)\s+(?:it|them)\s+"
                        r"(?:to|in|into)\s+(?:the\s+)?(?P<area>[\w-]+)", re.I)
@@ -616,9 +633,10 @@ def paused(rules: Sequence[str], request: str, objects: Sequence[str]) -> list[s
     out: dict[str, None] = {}
     for text in [*rules, request]:
         for part in _CLAUSE.split(text):
-            if _PAUSED.search(part):
+            said = availability(part)
+            if said == "paused":
                 out.update(dict.fromkeys(_named(part, objects)))
-            elif _RESUMED.search(part):
+            elif said == "resumed":
                 for thing in _named(part, objects):
                     out.pop(thing, None)
     return list(out)
@@ -962,6 +980,7 @@ __all__ = [
     "area_news",
     "asked_categories",
     "assignment_goal",
+    "availability",
     "banned",
     "class_examples",
     "cleared",
