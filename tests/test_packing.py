@@ -273,6 +273,34 @@ def test_packaging_episode_fills_and_sends_exactly_the_requested_tray(name: str)
     assert all(said)
 
 
+class FlakyTrayWorld(TrayWorld):
+    """The first take and the first put fail before they run: MAGMA's OneShotToolFailureError, as the
+    benchmark's execution_error episodes inject it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.to_fail = {"take", "put"}
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        if name in self.to_fail:
+            self.to_fail.remove(name)
+            self.calls.append(f"{name}({', '.join(map(str, arguments.values()))}) injected")
+            return False, "The requested action failed due to a temporary execution error. Please retry."
+        return super().run(name, arguments)
+
+
+def test_a_take_or_put_magma_asks_to_retry_is_made_again_without_looking() -> None:
+    # Held-out MainDefinition@22 with injected failures: "take failed with message: The requested
+    # action failed due to a temporary execution error. Please retry." was read as a refusal, so lava
+    # looked again (a detect the stage pays for) before taking the same object.
+    world = FlakyTrayWorld()
+    stages = [Stage("Please prepare a tray with pasta and ananas.", lambda w: on_tray(w, "pasta", "ananas"),
+                    budget=8, answer=True)]
+    said = episode(world, stages, PACKAGING_RULES)
+    assert world.calls[:5] == ["detect()", "take(pasta) injected", "take(pasta)", "put(tray) injected", "put(tray)"]
+    assert "detect()" not in world.calls[1:] and said[-1].startswith("Done")
+
+
 def completed(count: int) -> Callable[[PackageWorld], bool]:
     return lambda w: len(w.marks) >= count
 

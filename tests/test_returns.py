@@ -551,3 +551,47 @@ def test_the_keeper_waits_for_the_courier_at_a_spot_they_both_need_and_the_deliv
     keeper_moves = [i for i, c in enumerate(world.calls) if c == "reception_robot.move_to(electronics_spot)"]
     courier_leaves = world.calls.index("preparation_robot_a.move_to(textile_spot)")
     assert len(keeper_moves) == 1 and keeper_moves[0] > courier_leaves and answer.startswith("Done.")
+
+
+
+INJECTED = "The requested action failed due to a temporary execution error. Please retry."
+
+
+class FlakyDepot(Depot):
+    """The first attempt at each call of `failing` fails before it runs, as MAGMA's
+    OneShotToolFailureError makes them fail in the benchmark's execution_error episodes."""
+
+    def __init__(self, *args, failing: set[str]) -> None:
+        super().__init__(*args)
+        self.failing, self.attempts = set(failing), []
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        call = f"{robot}.{name}({', '.join(map(str, args.values()))})"
+        self.attempts.append(call)
+        if call in self.failing:
+            self.failing.remove(call)
+            return False, INJECTED
+        return super().run(robot, name, args)
+
+    def next_by_the_same_robot(self, call: str) -> str | None:
+        robot, later = call.split(".", 1)[0], self.attempts[self.attempts.index(call) + 1:]
+        return next((c for c in later if c.startswith(f"{robot}.")), None)
+
+
+def test_a_call_magma_asks_to_retry_is_made_again_as_it_was() -> None:
+    # Held-out AdvancedDeliveryDefinition@22 with an injected failure in every act stage: the keeper's
+    # pick(hygiene_2) failed with "Please retry.", and lava read it as a refusal: it moved the keeper
+    # toward the bays, each move refused, until the 5-failure stop.
+    reception, broken = ["hygiene_0", "textile_1"], ["hygiene_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "snacks_1", "hygiene_1",
+               "textile_0"]
+    failing = {"reception_robot.pick(hygiene_0)", "reception_robot.put(trashcan)", "reception_robot.pick(textile_1)",
+               "preparation_robot_a.pick(hygiene_1)", "preparation_robot_a.drop_package()"}
+    world = FlakyDepot(reception, storage, broken, failing=failing)
+    answer, _ = episode(world, SIMPLE, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
+                                               {"hygiene": 1}), budget=19)
+    assert answer.startswith("Done.") and not world.failing
+    assert world.trash == ["hygiene_0"] and "textile_1" in world.tables["textile_spot"]
+    assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "priority_bay_0")]
+    assert world.dropped["priority_bay_0"] == ["hygiene_1"]
+    assert {call: world.next_by_the_same_robot(call) for call in failing} == {call: call for call in failing}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lava.policies.task_state import (
+    Result,
     TaskState,
     call_text,
     mentioned,
@@ -132,3 +135,21 @@ def test_an_interrupted_request_is_digested_once_when_it_is_left_for_good() -> N
     assert state.request == "press sw3"
     assert state.earlier == ["press sw1 and sw2 -> r1.press(b=sw1), r1.press(b=sw2)",
                              "press sw0 first -> r1.press(b=sw0)"]
+
+
+@pytest.mark.parametrize(("message", "retry"), [
+    ("The requested action failed due to a temporary execution error. Please retry.", True),  # injected
+    ("Failed to press the sw1 button. You can retry.", True),  # MAGMA's tools, on their own
+    ("you failed to take the object book_1. you can retry", True),
+    ("ref_obj_1 is not in area2, you can retry", True),
+    ("Failed to grasp: mango_1. The object is unreachable right now.", False),  # try another one
+    ("priority_bay_1 is not accessible to reception_robot.", False),
+])
+def test_a_failure_that_asks_for_the_same_call_again_is_not_a_refusal(message: str, retry: bool) -> None:
+    assert Result("panda", "take", False, message).retryable is retry
+    state = TaskState(intent="act", pending=[{"robot": "panda", "name": "take", "arguments": {"name": "x"}}])
+    feedback = Feedback.parse(json.dumps({"infos": f"panda: take failed with message: {message}"}))
+    state.observe(feedback, ToolBox.from_input([{"name": "take", "arguments": {"name": {"type": "str"}}}],
+                                               {"known_robots": ["panda"]}))
+    assert state.pending_failed == [{"robot": "panda", "name": "take", "arguments": {"name": "x"}}]
+    assert (state.retry == state.pending_failed) is retry and bool(state.failed) is not retry

@@ -1064,6 +1064,8 @@ class MagmaPolicy(Policy):
                 return everyone(stalled(state))
         if not asked_midway:
             skills.observe_all(situation, state)
+        if situation.feedback is not None and (again := self.retried(situation, state)) is not None:
+            return everyone(again)
 
         move = await self.next_move(situation, state, shared_steps)
         if state.suspended is not None and not state.answering_midway and _says_done(move):
@@ -1185,6 +1187,18 @@ class MagmaPolicy(Policy):
         called = {c["name"] for c in state.done_calls}
         return [name for name, objects in _name_objects(situation.toolbox)
                 if name not in called and objects and objects <= said]
+
+    @staticmethod
+    def retried(situation: Situation, state: TaskState) -> AgentDecision | None:
+        """The calls MAGMA asked to make again ("The requested action failed due to a temporary
+        execution error. Please retry."), as they were, when every failure of the feedback asked so:
+        a skill or the model would read the failure as a refusal, and look or try something else."""
+        if (not state.retry or len(state.retry) != len(state.pending_failed) or state.intent != "act"
+                or state.failures_in_row >= 3):
+            return None
+        calls = [ToolCall(name=c["name"], arguments=c.get("arguments") or {}, target_robot_name=c["robot"])
+                 for c in state.retry if situation.toolbox.get(c["name"]) is not None]
+        return AgentDecision(tool_calls=calls) if calls else None
 
     def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:
         """The exact calls that just failed would fail the same way: look instead, when lava can."""

@@ -36,6 +36,10 @@ MAX_FAILED = 6
 
 _RESULT = re.compile(r"^\s*(?P<robot>[^:]+?):\s*(?P<tool>\S+)\s+(?P<status>succeed|succeeded|failed)\s+with message:\s*"
                      r"(?P<message>.*)$", re.IGNORECASE)
+# MAGMA's failures that ask for the same call again: an injected one ("The requested action failed due
+# to a temporary execution error. Please retry.") and the tools' own ("Failed to press the sw1 button.
+# You can retry.", "ref_obj_1 is not in area2, you can retry"). Nothing was wrong with the call.
+_RETRY = re.compile(r"\b(?:please|you can)\s+retry\b", re.IGNORECASE)
 _TIMES = {"once": 1, "twice": 2, "thrice": 3, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3,
           "4": 4, "5": 5}
 _FORGET = re.compile(r"\b(forget|ignore|discard|drop|cancel)\b.*\b(rules?|constraints?|instructions?|preferences?)\b",
@@ -63,6 +67,11 @@ class Result:
     tool: str
     ok: bool
     message: str
+
+    @property
+    def retryable(self) -> bool:
+        """A failure that asks for the same call again."""
+        return not self.ok and _RETRY.search(self.message) is not None
 
 
 def read_results(feedback: Feedback) -> list[Result]:
@@ -97,6 +106,7 @@ class TaskState:
     episode_calls: list[dict[str, Any]] = field(default_factory=list)
     pending: list[dict[str, Any]] = field(default_factory=list)
     pending_failed: list[dict[str, Any]] = field(default_factory=list)  # the calls the last feedback refused
+    retry: list[dict[str, Any]] = field(default_factory=list)  # those of them it asked to call again
     last_feedback: str = ""
     last_failed: bool = False
     failures_in_row: int = 0
@@ -221,12 +231,15 @@ class TaskState:
                     pending.setdefault(robot, {"robot": robot, "name": call["name"],
                                                "arguments": call.get("arguments") or {}})
         failed = bool(feedback.error or feedback.failure_reason)
-        self.pending_failed = []
+        self.pending_failed, self.retry = [], []
         for result in results:
             call = pending.get(result.robot)
             if not result.ok and call is not None:
                 self.pending_failed = [*self.pending_failed, call]
-                self.failed = [*self.failed, {**call, "message": result.message[:200]}][-MAX_FAILED:]
+                if result.retryable:
+                    self.retry = [*self.retry, call]  # not refused: the same call may well work now
+                else:
+                    self.failed = [*self.failed, {**call, "message": result.message[:200]}][-MAX_FAILED:]
             if result.ok and call is not None and (tool := toolbox.get(call["name"])) is not None and tool.params:
                 self.failed = []  # something moved: what failed before may work now
             if result.ok and call is not None:
