@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from lava.evaluation.conditions import inject_execution_errors
 from lava.evaluation.consumer import BenchResult, Compiled, Episode, MagmaEnvironment
 from lava.evaluation.runner import AgentConfig, ConfigReport, ScenarioReport, _add_result, render_table, report_json
 from lava.evaluation.suite import by_scenario, load_suite, parse_suite
@@ -177,6 +178,42 @@ def test_an_entry_that_cannot_compile_is_skipped_and_named_not_its_whole_scenari
                                                                statuses={"success": 1},
                                                                not_compiled=dict(compiled.skipped))])
     assert "not compiled: color_sorting.CSB" in render_table([report])
+
+
+def test_execution_errors_go_to_every_act_stage_and_only_there(tmp_path: Path) -> None:
+    episodes = tmp_path / "packaging" / "skeleton_000" / "semantic_000" / "episodes"
+    episodes.mkdir(parents=True)
+    stages = [{"kind": "serialized", "id": "s0", "expected_behavior": "act", "active_errors": []},
+              {"kind": "serialized", "id": "s1", "expected_behavior": "answer", "active_errors": []},
+              {"kind": "declarative", "id": "s2", "type": "act", "active_errors": []},
+              {"kind": "declarative", "id": "s3", "type": "acknowledge", "active_errors": []}]
+    (episodes / "packaging-000-clean.json").write_text(json.dumps({"condition": "clean", "stages": stages}))
+    assert inject_execution_errors(tmp_path) == 2
+    written = json.loads((episodes / "packaging-000-clean.json").read_text())
+    assert [len(stage["active_errors"]) for stage in written["stages"]] == [1, 0, 1, 0]
+    assert written["stages"][0]["active_errors"][0]["runtime_arguments"] == {"remaining_failures": 1}
+
+
+@pytest.mark.magma
+def test_injected_execution_errors_are_what_magma_bench_loads(magma: MagmaEnvironment, tmp_path: Path) -> None:
+    """MAGMA-BENCH's own loader takes the injected episodes, and each act stage holds the error."""
+    out = tmp_path / "packaging"
+    compiled = magma.compile_plan({str(out): ["packaging.MainDefinition@0"]}, tmp_path / "compile.log")[str(out)]
+    assert compiled.error is None, (tmp_path / "compile.log").read_text()
+    assert inject_execution_errors(out) >= 1
+    probe = ("import sys; from pathlib import Path; from magma_bench.loader.loader import load_scenarios\n"
+             "from magma_bench.artifacts.runtime import deserialize_stage\n"
+             "for scenario in load_scenarios(Path(sys.argv[1])):\n"
+             "    for episode in scenario.episodes:\n"
+             "        for stage in map(deserialize_stage, episode.stages):\n"
+             "            print(stage.benchmark_expected_behavior,"
+             " [type(e).__name__ for e in stage.get_possible_errors()], stage.active_error_arguments_override)")
+    shown = subprocess.run([magma.python, "-c", probe, str(out)], capture_output=True, text=True, env=magma.environ(),
+                           check=True).stdout.splitlines()
+    acts = [line for line in shown if line.startswith("act ")]
+    assert acts and all("['OneShotToolFailureError'] {'OneShotToolFailureError': {'remaining_failures': 1}}" in line
+                        for line in acts), shown
+    assert all("[]" in line for line in shown if not line.startswith("act ")), shown
 
 
 def _descendants(pid: int) -> set[int]:

@@ -87,6 +87,9 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out", type=Path, default=Path("runs") / "eval", help="where runs and reports go")
     run.add_argument("--magma-env", type=Path, help="MAGMA consumer env.sh (default /tmp/magma-e2e/env.sh)")
     run.add_argument("--episode-timeout", type=float, default=900, help="seconds allowed per episode")
+    run.add_argument("--execution-errors", action="store_true",
+                     help="MAGMA-BENCH's execution_error condition: the first call of each action stage that its "
+                          "tools let fail fails once ('... temporary execution error. Please retry.')")
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -106,9 +109,12 @@ def evaluate(args: argparse.Namespace) -> int:
     # SIGTERM's default ends the process on the spot, leaving the agent, planner and simulator it
     # started running; as an exit, it goes through the cleanup that stops each of them.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=args.episode_timeout)
+    reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=args.episode_timeout,
+                       execution_errors=args.execution_errors)
+    condition = "execution_error" if args.execution_errors else "clean"
+    print(f"condition: {condition}\n")
     print(render_table(reports))
-    write_report(reports, args.out / "report.json")
+    write_report(reports, args.out / "report.json", condition)
     print(f"\nreport: {args.out / 'report.json'}")
     for report in reports:
         for scenario in report.scenarios:

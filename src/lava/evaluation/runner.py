@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import httpx2 as httpx
 
 from ..processes import free_port, lava_serve_command, serving
+from .conditions import inject_execution_errors
 from .consumer import BenchResult, Compiled, MagmaEnvironment
 from .suite import SuiteEntry, by_scenario
 
@@ -152,9 +153,15 @@ def _add_result(report: ScenarioReport, result: BenchResult, decisions: float, s
 
 
 def run_eval(entries: Sequence[SuiteEntry], configs: Sequence[AgentConfig], out: Path,
-             magma: MagmaEnvironment, *, episode_timeout_s: float = 900) -> list[ConfigReport]:
+             magma: MagmaEnvironment, *, episode_timeout_s: float = 900, execution_errors: bool = False
+             ) -> list[ConfigReport]:
+    """`execution_errors`: MAGMA-BENCH's execution_error condition (see conditions.py), else clean."""
     compiled = out / "compiled"
     compiled_plan = compile_suite(magma, entries, compiled)
+    if execution_errors:
+        for compiled_scenario in compiled_plan.values():
+            for root in compiled_scenario.roots:
+                inject_execution_errors(root)
     groups = by_scenario(list(entries))
     progress = Progress(len(entries) * len(configs))
     reports = []
@@ -230,20 +237,20 @@ def render_table(reports: Sequence[ConfigReport]) -> str:
     return "\n".join(lines)
 
 
-def report_json(reports: Sequence[ConfigReport]) -> dict[str, Any]:
+def report_json(reports: Sequence[ConfigReport], condition: str = "clean") -> dict[str, Any]:
     def scenario(s: ScenarioReport) -> dict[str, Any]:
         data = asdict(s)
         data["success_rate"] = round(s.success_rate, 4)
         data["seconds_per_decision"] = s.seconds_per_decision
         return data
 
-    return {"configs": [{"label": r.config.label, "serve_args": list(r.config.serve_args), "url": r.config.url,
-                         "total": scenario(r.total()), "scenarios": [scenario(s) for s in r.scenarios]}
-                        for r in reports]}
+    configs = [{"label": r.config.label, "serve_args": list(r.config.serve_args), "url": r.config.url,
+                "total": scenario(r.total()), "scenarios": [scenario(s) for s in r.scenarios]} for r in reports]
+    return {"condition": condition, "configs": configs}
 
 
-def write_report(reports: Sequence[ConfigReport], path: Path) -> None:
-    path.write_text(json.dumps(report_json(reports), indent=2))
+def write_report(reports: Sequence[ConfigReport], path: Path, condition: str = "clean") -> None:
+    path.write_text(json.dumps(report_json(reports, condition), indent=2))
 
 
 __all__ = ["AgentConfig", "ConfigReport", "ScenarioReport", "render_table", "report_json", "run_eval",
