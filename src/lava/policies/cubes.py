@@ -38,7 +38,6 @@ _TRAY = "_tray"
 _PLACE = re.compile(r"(?P<place>[A-Za-z][\w-]*) contains (?P<items>[^.]*)")
 _ITEM = re.compile(r"(?P<n>\d+) (?P<color>[A-Za-z][\w-]*) cubes?\b")
 _NO_CUBE = re.compile(r"\bno cubes? (?:is )?detected\b", re.I)
-_RETRY = re.compile(r"\bretry\b|\btemporar", re.I)  # the same call again, nothing moved
 _OPPOSITE = re.compile(r"opposite group|other tray'?s colou?r", re.I)
 _BY_COLOR = re.compile(r"sort\w* (?:all )?(?:the )?cubes? by colou?r|tray matching its colou?r", re.I)
 
@@ -145,7 +144,7 @@ class CubesSkill:
         for result, call in results_with_calls(feedback, state):
             arguments = call.get("arguments") or {}
             if not result.ok:
-                if call.get("name") in (tools.take.name, tools.put.name) and not _RETRY.search(result.message):
+                if call.get("name") in (tools.take.name, tools.put.name) and not result.retryable:
                     notes["stale"] = True  # the counts were wrong somewhere: look again
                 continue
             if call.get("name") == tools.look.name and (counts := read_counts(result.message)) is not None:
