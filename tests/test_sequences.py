@@ -118,3 +118,22 @@ def test_a_button_asked_for_now_before_resuming_goes_before_the_held_press() -> 
     assert world.pressed == ["sw2", "sw4", "sw1"]
     assert said[-1].startswith("Done")
     assert not asked
+
+
+def test_a_button_asked_for_now_before_resuming_takes_no_prefix() -> None:
+    # Held-out press_button Definition@23: after "press sw2 before the sequence of buttons that I ask
+    # you to press", "Okay, press sw1 now before resuming your current sequence." pressed sw2 first:
+    # MAGMA's interruption stage presses sw1 alone, a step inside the sequence the prefix opened.
+    world = Buttons()
+    said, asked = episode(world, [
+        Stage(PREFIX),
+        Stage("Please press the following buttons in this exact order: sw3, sw2, and sw4.", presses("sw0"),
+              budget=1),
+        Stage(None, presses("sw3"), budget=1),
+        Stage("Okay, press sw1 now before resuming your current sequence.", presses("sw1"), budget=2),
+        Stage(None, presses("sw2"), budget=1),
+        Stage(None, presses("sw4"), budget=1),
+        Stage(None),  # CompletionAnswerStage
+    ], [])
+    assert world.pressed == ["sw0", "sw3", "sw1", "sw2", "sw4"]
+    assert said[-1].startswith("Done") and not asked

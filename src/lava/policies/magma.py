@@ -414,7 +414,9 @@ class MagmaPolicy(Policy):
         the forms sequences.py reads order it without the model; with other rules the model orders
         them (constrained to known values, at least the requested ones)."""
         rules = [*situation.memory.memory_list, *state.rules]
-        if not rules:
+        if not rules or (state.suspended is not None and not state.answering_midway):
+            # "Okay, press sw1 now before resuming your current sequence": a step inside the sequence
+            # the rules already ordered, not a new one (MAGMA's interruption stage presses sw1 alone).
             return wanted, []
         names = vocabulary(situation.attributes)
         if (order := sequences.ordered(state.request, wanted, rules, list(names))) is not None:
