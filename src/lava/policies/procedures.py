@@ -426,6 +426,35 @@ def unknown_people(request: str, rules: Sequence[str], toolbox: ToolBox, attribu
     return [p for p in people(request, names) if preference(p, request, known, choices, results) is None], choices
 
 
+def missing_value_question(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any]
+                           ) -> str | None:
+    """MAGMA's laundry questions, when the request names things but not the value their procedure
+    takes, and the rules give none or several: "Which detergent should I use for t_shirt?" (no rule
+    gives t_shirt a detergent), "These clothes require different detergents. What should I do?"."""
+    if procedure(rules, toolbox) is None:
+        return None
+    names = vocabulary(attributes)
+    known = groups(rules, names)
+    member_kinds = {names[m] for g in known for m in g.members if m in names}
+    if len(member_kinds) != 1:
+        return None  # people's tastes (their names are no attribute): unknown_people asks about them
+    members, valued = member_kinds.pop(), {names[g.value] for g in known}
+    if len(valued) != 1:
+        return None
+    value_kind = valued.pop()
+    said = mentioned(request, names)
+    asked_for = list(dict.fromkeys(v for v in said if names[v] == members))
+    if not asked_for or any(names[v] == value_kind for v in said):
+        return None
+    given = {m: g.value for g in known for m in g.members}  # a later rule regroups a thing
+    unassigned = [thing for thing in asked_for if thing not in given]
+    if unassigned:
+        return f"Which {value_kind.removesuffix('s')} should I use for {listed(unassigned)}?"
+    if len({given[thing] for thing in asked_for}) > 1:
+        return f"These {members} require different {value_kind}. What should I do?"
+    return None
+
+
 def _about_people(known: Sequence[Group], toolbox: ToolBox) -> bool:
     """Whether the task deals in people's preferences: rules give some, or a tool looks up teams."""
     return bool(known) or team_lookup(toolbox) is not None
@@ -484,7 +513,11 @@ class ProceduresSkill:
         missing, choices = unknown_people(state.request, rules, situation.toolbox, situation.attributes, results)
         if missing:
             return self.ask_about(situation, state, missing, choices, robots[0], rules)
-        steps = plan(state.request, rules, situation.toolbox, situation.attributes, results)
+        request = self.with_the_answer(state.request, notes, situation.attributes)
+        if (question := missing_value_question(request, rules, situation.toolbox, situation.attributes)) is not None:
+            notes["asked"] = request
+            return AgentDecision(say=question)
+        steps = plan(request, rules, situation.toolbox, situation.attributes, results)
         if not steps:
             return None
         step = next_step(steps, state.done_calls)
@@ -502,6 +535,22 @@ class ProceduresSkill:
         arguments = {step.tool.params[0].name: step.value} if step.value is not None and step.tool.params else {}
         return AgentDecision(tool_calls=[ToolCall(name=step.tool.name, arguments=arguments,
                                                   target_robot_name=robots[0])])
+
+    @staticmethod
+    def with_the_answer(request: str, notes: dict[str, Any], attributes: Mapping[str, Any]) -> str:
+        """The request lava asked about, with this one when it answers ("Please wash gym_shorts and
+        t_shirt", then "Use detergent_GAIN for this time."): it names a value and no thing to work on."""
+        asked = notes.get("asked")
+        if not asked or asked == request:
+            return request
+        names = vocabulary(attributes)
+        things = {names[m] for m in mentioned(asked, names)}
+        said = mentioned(request, names)
+        if said and not any(names[v] in things for v in said):
+            joint = "" if asked.rstrip()[-1:] in ".!?" else "."
+            return f"{asked}{joint} {request}"
+        notes.pop("asked")  # a new request: the question is behind
+        return request
 
     @staticmethod
     def ask_about(situation, state, missing: list[str], choices: list[str], robot: str, rules: Sequence[str]):
@@ -523,6 +572,6 @@ class ProceduresSkill:
                                  f"{listed(choices).replace(' and ', ' or ')}?")
 
 
-__all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "named_tools", "next_step", "people", "plan",
-           "preference", "procedure", "suspended", "taste_answer", "tastes", "team_answer", "team_lookup",
-           "team_members_tool", "unknown_people"]
+__all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "missing_value_question", "named_tools",
+           "next_step", "people", "plan", "preference", "procedure", "suspended", "taste_answer", "tastes",
+           "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
