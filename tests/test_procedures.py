@@ -155,6 +155,9 @@ class WashingMachine:
     def clothes(self) -> list[str]:
         return [o for o in self.machine if o not in DETERGENTS]
 
+    def reset(self) -> None:
+        self.held, self.machine = None, []
+
     def run(self, name: str, arguments: dict) -> tuple[bool, str]:
         self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
         name = self.names.get(name, name)
@@ -593,10 +596,14 @@ def test_laundry_a_wash_the_rules_do_not_settle_is_asked_about_then_done_as_answ
         Stage(request_),
         Stage(answer, loaded(clothes, 1), budget=3),
         Stage(None, loaded(clothes, 2), budget=3),
-        Stage(None, washed(clothes, detergent), budget=4, direct=True),
+        Stage(None, washed(clothes, detergent), budget=4),
+        Stage(None, reset=True),  # CompletionAnswerStage
+        Stage("Wash all clothes that can be washed with detergent_ARIEL", loaded(["baseball_cap", "boxer_briefs"], 1),
+              budget=3),
     ], LAUNDRY_RULES)
-    assert said[1] == question
-    assert world.machine[-1] == detergent and sorted(world.machine[:2]) == sorted(clothes)
+    assert said[1] == question and said[2].startswith("Done")
+    assert sorted(world.washes[0][0]) == sorted(clothes) and world.washes[0][1] == [detergent]
+    assert world.calls[-2:] == ["pick(baseball_cap)", "drop_to_washing_machine()"]  # the rule's, not the answer's
     assert not asked
 
 

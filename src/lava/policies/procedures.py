@@ -531,6 +531,7 @@ class ProceduresSkill:
                 return refusal(state, gone)
         if step is None:
             from .magma import completion_message
+            notes.pop("asked", None)  # answered and done: a later request naming a value is a new one
             return AgentDecision(say=completion_message(state))
         arguments = {step.tool.params[0].name: step.value} if step.value is not None and step.tool.params else {}
         return AgentDecision(tool_calls=[ToolCall(name=step.tool.name, arguments=arguments,
