@@ -335,14 +335,37 @@ class Step:
     value: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A rule's procedure and the names around it, read once per turn: its tools in order, its goal
+    clause, the attributes' vocabulary (value -> the attribute listing it) and the rules' groups."""
+    tools: list[ToolSpec]
+    goal: str
+    names: dict[str, str]
+    known: list[Group]
+
+
+def read(rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any]) -> Reading | None:
+    """None when no rule names a procedure."""
+    found = procedure(rules, toolbox)
+    if found is None:
+        return None
+    names = vocabulary(attributes)
+    return Reading(found[0], found[1], names, groups(rules, names))
+
+
 def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any],
          results: Sequence[str] = ()) -> list[Step] | None:
     """The calls the request needs, in order; None when no rule's procedure serves it. A request for
     people whose preference is not known plans nothing either (see `unknown_people`)."""
-    found = procedure(rules, toolbox)
-    if found is None:
-        return None
-    tools, goal = found
+    found = read(rules, toolbox, attributes)
+    return None if found is None else planned(found, request, rules, toolbox, results)
+
+
+def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox, results: Sequence[str] = ()
+            ) -> list[Step] | None:
+    """`plan`, with the rules read already."""
+    tools, goal, names, known = found.tools, found.goal, found.names, found.known
     observe, take, put = roles(toolbox)
     if take is not None and put is not None:
         return None  # pick-and-place with named places: goals.py owns it
@@ -351,14 +374,12 @@ def plan(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mappi
         # machine"): a plan without it would stop short, so the model plans instead. Tools with
         # parameters outside the rule are lookups (get_person_team), not steps.
         return None
-    names = vocabulary(attributes)
     removed = {m.group(1) for m in _REMOVED.finditer(request)}
     wanted = [v for v in mentioned(request, names) if v not in removed]
     request_words = {norm(w) for w in _TOKEN.findall(request)} - _STOP
     goal_words = {norm(w) for w in _TOKEN.findall(goal)} - _STOP - {"to"}
     if not wanted and not (request_words & goal_words):
         pass  # only when associations give something (below)
-    known = groups(rules, names)
     attrs_wanted = {names[v] for v in wanted}
     # Values the request leaves out, from the names it mentions ("Perez" -> white).
     words = set(_TOKEN.findall(request))
@@ -410,31 +431,25 @@ def _choices(tool: ToolSpec, names: Mapping[str, str], known: Sequence[Group]) -
     return [v for v, a in names.items() if a == attribute]
 
 
-def unknown_people(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any],
-                   results: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(people the request is for whose preference nothing says, the values they could take) when a
-    rule's procedure with a valued step serves the request ("Please make coffee for Lee and Clark"
-    where only Lee's taste is known)."""
-    found = procedure(rules, toolbox)
-    if found is None or not (valued := [t for t in found[0] if t.params]):
+def unknown_people(found: Reading, request: str, toolbox: ToolBox, results: Sequence[str]
+                   ) -> tuple[list[str], list[str]]:
+    """(people the request is for whose preference nothing says, the values they could take) when
+    the procedure has a valued step ("Please make coffee for Lee and Clark" where only Lee's taste
+    is known)."""
+    if not (valued := [t for t in found.tools if t.params]):
         return [], []
-    names = vocabulary(attributes)
-    known = groups(rules, names)
+    names, known = found.names, found.known
     if not _about_people(known, toolbox):
         return [], []
     choices = _choices(valued[0], names, known)
     return [p for p in people(request, names) if preference(p, request, known, choices, results) is None], choices
 
 
-def missing_value_question(request: str, rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any]
-                           ) -> str | None:
+def missing_value_question(found: Reading, request: str) -> str | None:
     """MAGMA's laundry questions, when the request names things but not the value their procedure
     takes, and the rules give none or several: "Which detergent should I use for t_shirt?" (no rule
     gives t_shirt a detergent), "These clothes require different detergents. What should I do?"."""
-    if procedure(rules, toolbox) is None:
-        return None
-    names = vocabulary(attributes)
-    known = groups(rules, names)
+    names, known = found.names, found.known
     member_kinds = {names[m] for g in known for m in g.members if m in names}
     if len(member_kinds) != 1:
         return None  # people's tastes (their names are no attribute): unknown_people asks about them
@@ -509,15 +524,18 @@ class ProceduresSkill:
         if len(robots) > 1 or state.failures_in_row >= 3:
             return None
         rules = [*situation.memory.memory_list, *state.rules]
+        found = read(rules, situation.toolbox, situation.attributes)
+        if found is None:
+            return None
         results = [*state.observations, state.last_feedback, *(notes.get("teams") or {}).values()]
-        missing, choices = unknown_people(state.request, rules, situation.toolbox, situation.attributes, results)
+        missing, choices = unknown_people(found, state.request, situation.toolbox, results)
         if missing:
             return self.ask_about(situation, state, missing, choices, robots[0], rules)
-        request = self.with_the_answer(state.request, notes, situation.attributes)
-        if (question := missing_value_question(request, rules, situation.toolbox, situation.attributes)) is not None:
+        request = self.with_the_answer(state.request, notes, found.names)
+        if (question := missing_value_question(found, request)) is not None:
             notes["asked"] = request
             return AgentDecision(say=question)
-        steps = plan(request, rules, situation.toolbox, situation.attributes, results)
+        steps = planned(found, request, rules, situation.toolbox, results)
         if not steps:
             return None
         step = next_step(steps, state.done_calls)
@@ -538,13 +556,12 @@ class ProceduresSkill:
                                                   target_robot_name=robots[0])])
 
     @staticmethod
-    def with_the_answer(request: str, notes: dict[str, Any], attributes: Mapping[str, Any]) -> str:
+    def with_the_answer(request: str, notes: dict[str, Any], names: Mapping[str, str]) -> str:
         """The request lava asked about, with this one when it answers ("Please wash gym_shorts and
         t_shirt", then "Use detergent_GAIN for this time."): it names a value and no thing to work on."""
         asked = notes.get("asked")
         if not asked or asked == request:
             return request
-        names = vocabulary(attributes)
         things = {names[m] for m in mentioned(asked, names)}
         said = mentioned(request, names)
         if said and not any(names[v] in things for v in said):
@@ -573,6 +590,6 @@ class ProceduresSkill:
                                  f"{listed(choices).replace(' and ', ' or ')}?")
 
 
-__all__ = ["Group", "ProceduresSkill", "Step", "groups", "keywords", "missing_value_question", "named_tools",
-           "next_step", "people", "plan", "preference", "procedure", "suspended", "taste_answer", "tastes",
-           "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
+__all__ = ["Group", "ProceduresSkill", "Reading", "Step", "groups", "keywords", "missing_value_question",
+           "named_tools", "next_step", "people", "plan", "planned", "preference", "procedure", "read", "suspended",
+           "taste_answer", "tastes", "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
