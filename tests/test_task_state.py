@@ -152,4 +152,15 @@ def test_a_failure_that_asks_for_the_same_call_again_is_not_a_refusal(message: s
     state.observe(feedback, ToolBox.from_input([{"name": "take", "arguments": {"name": {"type": "str"}}}],
                                                {"known_robots": ["panda"]}))
     assert state.pending_failed == [{"robot": "panda", "name": "take", "arguments": {"name": "x"}}]
-    assert (state.retry == state.pending_failed) is retry and bool(state.failed) is not retry
+    assert state.retry_asked is retry and bool(state.failed) is not retry
+
+
+def test_a_retry_is_asked_only_when_every_failure_asks_for_one() -> None:
+    toolbox = ToolBox.from_input([{"name": "take", "arguments": {"name": {"type": "str"}}}],
+                                 {"known_robots": ["arm1", "arm2"]})
+    state = TaskState(intent="act", pending=[{"robot": "arm1", "name": "take", "arguments": {"name": "x"}},
+                                             {"robot": "arm2", "name": "take", "arguments": {"name": "y"}}])
+    state.observe(Feedback.parse(json.dumps({"infos": "arm1: take failed with message: Please retry.\n"
+                                                      "arm2: take failed with message: y is out of reach."})), toolbox)
+    assert len(state.pending_failed) == 2 and not state.retry_asked
+    assert [c["robot"] for c in state.failed] == ["arm2"]  # the retryable one is not refused

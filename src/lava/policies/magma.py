@@ -1195,11 +1195,10 @@ class MagmaPolicy(Policy):
         """The calls MAGMA asked to make again ("The requested action failed due to a temporary
         execution error. Please retry."), as they were, when every failure of the feedback asked so:
         a skill or the model would read the failure as a refusal, and look or try something else."""
-        if (not state.retry or len(state.retry) != len(state.pending_failed) or state.intent != "act"
-                or state.failures_in_row >= 3):
+        if not state.retry_asked or state.intent != "act" or state.failures_in_row >= 3:
             return None
         calls = [ToolCall(name=c["name"], arguments=c.get("arguments") or {}, target_robot_name=c["robot"])
-                 for c in state.retry if situation.toolbox.get(c["name"]) is not None]
+                 for c in state.pending_failed if situation.toolbox.get(c["name"]) is not None]
         return AgentDecision(tool_calls=calls) if calls else None
 
     def not_again(self, situation: Situation, state: TaskState, decision: AgentDecision) -> AgentDecision:

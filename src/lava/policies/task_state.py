@@ -106,7 +106,7 @@ class TaskState:
     episode_calls: list[dict[str, Any]] = field(default_factory=list)
     pending: list[dict[str, Any]] = field(default_factory=list)
     pending_failed: list[dict[str, Any]] = field(default_factory=list)  # the calls the last feedback refused
-    retry: list[dict[str, Any]] = field(default_factory=list)  # those of them it asked to call again
+    retry_asked: bool = False  # the last feedback asked to make every one of them again ("Please retry.")
     last_feedback: str = ""
     last_failed: bool = False
     failures_in_row: int = 0
@@ -231,14 +231,14 @@ class TaskState:
                     pending.setdefault(robot, {"robot": robot, "name": call["name"],
                                                "arguments": call.get("arguments") or {}})
         failed = bool(feedback.error or feedback.failure_reason)
-        self.pending_failed, self.retry = [], []
+        self.pending_failed, refused = [], False
         for result in results:
             call = pending.get(result.robot)
             if not result.ok and call is not None:
                 self.pending_failed = [*self.pending_failed, call]
-                if result.retryable:
-                    self.retry = [*self.retry, call]  # not refused: the same call may well work now
-                else:
+                # A call asked for again is not refused: the same call may well work now.
+                if not result.retryable:
+                    refused = True
                     self.failed = [*self.failed, {**call, "message": result.message[:200]}][-MAX_FAILED:]
             if result.ok and call is not None and (tool := toolbox.get(call["name"])) is not None and tool.params:
                 self.failed = []  # something moved: what failed before may work now
@@ -253,6 +253,7 @@ class TaskState:
             # "The action has completed." carries no per-robot line: every pending call succeeded.
             for call in pending.values():
                 self.succeeded(call)
+        self.retry_asked = bool(self.pending_failed) and not refused
         self.last_failed = failed
         self.failures_in_row = self.failures_in_row + 1 if failed else 0
         self.pending = []
