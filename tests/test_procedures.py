@@ -857,3 +857,33 @@ def test_compiled_stage_presentations_use_the_public_names() -> None:
     empty = Spec(stage_type="EmptyInstructionStage", arguments={},
                  presentation={"stage_input": {"instruction": {"type": "EmptyInstruction", "arguments": {}}}})
     assert _public_presentation(empty, translate) == empty
+
+
+def test_laundry_separate_washes_are_done_in_the_answer_s_order() -> None:
+    # MAGMA's AskLaundryRequest, its other answer: one wash per detergent, in the order it gives
+    # (`_build_all_groups_resolution_instruction`); each wash stage puts the scene back.
+    def washes(*expected: tuple[list[str], str]) -> Callable[[WashingMachine], bool]:
+        def goal(w: WashingMachine) -> bool:
+            done = [(sorted(c), d) for c, d in w.washes]
+            assert done == [(sorted(c), [d]) for c, d in expected][:len(done)], (w.washes, w.calls)
+            return len(done) == len(expected)
+        return goal
+
+    world = WashingMachine()
+    said, asked = episode(world, [
+        Stage(LD24_RULE),
+        Stage("Please wash gym_shorts, briefs, and baseball_cap."),
+        Stage("Ok, do 3 washes in this exact order: first wash briefs with detergent_TIDE, then wash baseball_cap "
+              "with detergent_ARIEL, then wash gym_shorts with detergent_GAIN.", loaded(["briefs"], 1), budget=3),
+        Stage(None, washes((["briefs"], "detergent_TIDE")), budget=4, reset=True),
+        Stage(None, loaded(["baseball_cap"], 1), budget=3),
+        Stage(None, washes((["briefs"], "detergent_TIDE"), (["baseball_cap"], "detergent_ARIEL")), budget=4,
+              reset=True),
+        Stage(None, loaded(["gym_shorts"], 1), budget=3),
+        Stage(None, washes((["briefs"], "detergent_TIDE"), (["baseball_cap"], "detergent_ARIEL"),
+                           (["gym_shorts"], "detergent_GAIN")), budget=4),
+        Stage(None, reset=True),  # CompletionAnswerStage
+    ], LAUNDRY_RULES)
+    assert said[1] == "These clothes require different detergents. What should I do?"
+    assert said[-1].startswith("Done")
+    assert not asked

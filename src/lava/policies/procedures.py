@@ -408,6 +408,12 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
                 None)
     if drop is None or take is None:
         return [Step(t) for t in tools]
+    if (units := _in_turn(found, request)) is not None:
+        # One load-and-run per unit, in the order said: the calls match the steps as a multiset, so a
+        # second wash's drops are told apart from the first's by the steps before them.
+        steps_in_turn = [planned(found, unit, rules, toolbox, results) for unit in units]
+        if all(steps_in_turn):
+            return [step for unit_steps in steps_in_turn for step in unit_steps or ()]
     if not wanted:
         return None  # what to load is unknown: the model decides
     last = {m["what"].lower() for rule in rules for m in _LAST.finditer(rule)}
@@ -420,6 +426,26 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
         else:
             steps.append(Step(tool))
     return steps
+
+
+# "Ok, do 2 washes in this exact order: first wash briefs with detergent_TIDE, then wash gym_shorts
+# with detergent_GAIN." (MAGMA's answer to "These clothes require different detergents.").
+_THEN = re.compile(r",?\s*\b(?:and\s+)?then\b\s*", re.I)
+
+
+def _in_turn(found: Reading, request: str) -> list[str] | None:
+    """The parts of a request that does one unit after another, each naming things and the one value
+    they take ("first wash briefs with detergent_TIDE", "then wash gym_shorts with detergent_GAIN")."""
+    parts = [part for part in _THEN.split(request) if part.strip()]
+    if len(parts) < 2:
+        return None
+    value_kinds = {found.names[g.value] for g in found.known}
+    for part in parts:
+        said = mentioned(part, found.names)
+        values = {v for v in said if found.names[v] in value_kinds}
+        if len(values) != 1 or len(values) == len(set(said)):
+            return None
+    return parts
 
 
 def _choices(tool: ToolSpec, names: Mapping[str, str], known: Sequence[Group]) -> list[str]:
