@@ -301,6 +301,29 @@ def test_a_take_or_put_magma_asks_to_retry_is_made_again_without_looking() -> No
     assert "detect()" not in world.calls[1:] and said[-1].startswith("Done")
 
 
+class ResettingTrayWorld(TrayWorld):
+    """MAGMA's ResetPackagingTransition: every tray request starts with all the food back on the table
+    (at new places) and an empty tray."""
+
+    def reset(self) -> None:
+        self.table, self.tray, self.held = list(reversed(FOODS)), [], None
+
+
+def test_a_tray_request_after_a_validated_tray_looks_at_the_table_set_out_anew() -> None:
+    # Held-out MainDefinition@25: after "fish and juice" was validated, "I would like a tray containing
+    # fish and water." was served from the old scene (juice swapped for water on a tray MAGMA had
+    # emptied): the second tray held water alone.
+    world = ResettingTrayWorld()
+    said = episode(world, [
+        Stage("I would like a tray containing fish and juice.", lambda w: on_tray(w, "fish", "juice"), budget=10,
+              answer=True, reset=True),
+        Stage("I would like a tray containing fish and water.", lambda w: on_tray(w, "fish", "water"), budget=10,
+              answer=True),
+    ], PACKAGING_RULES)
+    assert world.sent == [["fish", "juice"], ["fish", "water"]]
+    assert world.calls[6:8] == ["detect()", "take(fish)"] and all(said)
+
+
 def completed(count: int) -> Callable[[PackageWorld], bool]:
     return lambda w: len(w.marks) >= count
 

@@ -1046,6 +1046,10 @@ class MagmaPolicy(Policy):
                 state.start(intent, instruction.content)
                 asked_midway = True
             else:
+                if self.handed_over(situation, state):
+                    # MAGMA sets the scene out anew for the next request (ResetPackagingTransition:
+                    # every food back on the table, the tray empty): what lava saw is gone.
+                    state.scene, state.observations = None, []
                 state.start(intent, instruction.content)
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
@@ -1189,6 +1193,13 @@ class MagmaPolicy(Policy):
         called = {c["name"] for c in state.done_calls}
         return [name for name, objects in _name_objects(situation.toolbox)
                 if name not in called and objects and objects <= said]
+
+    @staticmethod
+    def handed_over(situation: Situation, state: TaskState) -> bool:
+        """Whether the last thing that happened was handing the work over ("valid_plate: Validate the
+        tray and send it to the user")."""
+        finish = finisher(situation.toolbox)
+        return finish is not None and bool(state.episode_calls) and state.episode_calls[-1]["name"] == finish.name
 
     @staticmethod
     def retried(situation: Situation, state: TaskState) -> AgentDecision | None:
