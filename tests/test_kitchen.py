@@ -315,3 +315,28 @@ def test_kinds_come_from_world_knowledge_and_refusals() -> None:
     assert [kind(t) for t in ("plate_2", "glass_1", "mugs_1", "sponge", "apple_1", "kiwi_3")] == [
         "dishware", "dishware", "dishware", "cleaning", "food", "food"]
     assert kind("bowl_1", food=["bowl"]) == "food"  # "The dish robot can only take dishware."
+
+
+class FlakyKitchenWorld(KitchenWorld):
+    """The first take and the first put fail before they run: MAGMA's OneShotToolFailureError, as the
+    benchmark's execution_error episodes inject it on the two-robot tools."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.to_fail = {"take", "put"}
+
+    def check(self, robot: str, name: str, value: str | None) -> tuple[bool, str]:
+        if name in self.to_fail:
+            self.to_fail.remove(name)
+            return False, "The requested action failed due to a temporary execution error. Please retry."
+        return super().check(robot, name, value)
+
+
+def test_a_call_magma_asks_to_retry_is_made_again_without_looking() -> None:
+    world = FlakyKitchenWorld(START, {"plate_2", "apple_1"})
+    run = Episode(world)
+    washed = run.act("Clean all dirty dishes in the sink.", lambda w: int("plate_2" not in w.dirty), 1)
+    assert washed.startswith("Done.")
+    assert world.calls[:6] == ["table_robot.scan_scene()", "dish_robot.take(plate_2) FAILED",
+                               "dish_robot.take(plate_2)", "dish_robot.put(sink) FAILED", "dish_robot.put(sink)",
+                               "dish_robot.clean(plate_2)"]

@@ -438,3 +438,30 @@ def test_forgetting_a_priority_rule_keeps_what_the_robots_reach() -> None:
             {"apple_0": "right_zone", "banana_0": "right_zone", "banana_1": "right_zone"})
     assert not any("FAILED" in c for c in world.calls)
     assert world.calls[-2:] == ["arm1.deplace(apple_0, mutual_zone)", "arm2.deplace(apple_0, right_zone)"]
+
+
+class FlakyBiWorld(BiWorld):
+    """Calls fail before they run while `to_fail` lasts, as MAGMA's OneShotToolFailureError makes them in
+    the benchmark's execution_error episodes (one failure per stage; a stage may meet several)."""
+
+    def __init__(self, *args, to_fail: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.to_fail = list(to_fail)
+
+    def check(self, robot: str, name: str, arguments: dict) -> tuple[bool, str]:
+        if name in self.to_fail:
+            self.to_fail.remove(name)
+            return False, "The requested action failed due to a temporary execution error. Please retry."
+        return super().check(robot, name, arguments)
+
+
+def test_calls_magma_asks_to_retry_are_made_again_and_teach_nothing() -> None:
+    # A look asked to be retried is no refusal to look, and moves asked to be retried are no refusal
+    # lava cannot explain: none of them hands the sort to the model.
+    world = FlakyBiWorld({"left_zone": ["banana_0", "apple_0"], "mutual_zone": [], "right_zone": []}, [],
+                         to_fail=["get_objects_state", "deplace", "deplace", "deplace"])
+    run = Episode(world)
+    run.say(ACCESS)
+    run.act("Place all apple objects in the mutual tray.", {"banana_0": "left_zone", "apple_0": "mutual_zone"})
+    assert world.calls == ["arm1.get_objects_state() FAILED", "arm1.get_objects_state()",
+                           *["arm1.deplace(apple_0, mutual_zone) FAILED"] * 3, "arm1.deplace(apple_0, mutual_zone)"]

@@ -144,7 +144,7 @@ class CubesSkill:
         for result, call in results_with_calls(feedback, state):
             arguments = call.get("arguments") or {}
             if not result.ok:
-                if call.get("name") in (tools.take.name, tools.put.name) and not result.retryable:
+                if call.get("name") in (tools.take.name, tools.put.name):
                     notes["stale"] = True  # the counts were wrong somewhere: look again
                 continue
             if call.get("name") == tools.look.name and (counts := read_counts(result.message)) is not None:

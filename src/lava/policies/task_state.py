@@ -86,12 +86,13 @@ def read_results(feedback: Feedback) -> list[Result]:
 
 def results_with_calls(feedback: Feedback, state: TaskState) -> list[tuple[Result, Mapping[str, Any]]]:
     """Each result line with the call it reports on: MAGMA's previous_tool_call for its robot, else
-    the call lava last recorded for that robot."""
+    the call lava last recorded for that robot. A failure that asks for the same call again ("Please
+    retry.") is left out: it tells nothing about the world, and the call is made again as it was."""
     calls: dict[str, Any] = dict(feedback.previous_calls or {})
     for call in [*state.done_calls[-2:], *state.pending_failed]:
         calls.setdefault(call["robot"], call)
     return [(result, call) for result in read_results(feedback)
-            if isinstance(call := calls.get(result.robot), Mapping)]
+            if isinstance(call := calls.get(result.robot), Mapping) and (result.ok or not result.retryable)]
 
 
 @dataclass
