@@ -400,3 +400,22 @@ def test_a_call_magma_asks_to_retry_is_made_again_without_looking() -> None:
     for index in injected:  # each one made again at once, no look between
         assert world.calls[index + 1] == world.calls[index].removesuffix(" injected"), world.calls
     assert sum(call.endswith("detect()") for call in world.calls) == 2, world.calls  # one look per robot
+
+
+def test_deliveries_a_full_hall_cannot_take_are_said_not_left_to_the_model() -> None:
+    # Held-out MainDefinition@25: two deliveries (4 + 3 objects) both sent to Hall1, which holds 4. With
+    # Hall1 full and robot1's tray loaded, lava had no step and the model dropped "robot1" until the
+    # budget ran out. The stage cannot be met; saying so is the honest end.
+    world = HallWorld({"Hall1": [], "Hall2": ["book_2", "package_1", "pen_2", "pen_1"],
+                       "Hall3": ["package_2", "backpack_1", "book_1"], "Hall4": []})
+    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall2", "Hall3"],
+                  "storage_halls": ["Hall1", "Hall4"], "object_classes": CLASSES}
+    request = ("A delivery has arrived in Hall2. Send all its objects to Hall1. There is another delivery in Hall3 "
+               "too. Send all of those objects to Hall1 as well.")
+    quota = {("Hall1", "book"): 2, ("Hall1", "pen"): 2, ("Hall1", "package"): 2, ("Hall1", "backpack"): 1}
+    spent, say = run_stages(world, request, quota, [(7, 40)], attributes=attributes, reset=False, then_answer=True)
+    assert len(world.halls["Hall1"]) == 4 and not spent, world.calls
+    loaded = next(robot for robot, tray in world.tray.items() if tray)
+    carried = world.tray[loaded]
+    assert len(carried) == 3 and say == (f"Sorry, I cannot finish: Hall1 is full, so {carried[0]}, {carried[1]}, "
+                                         f"and {carried[2]} stay on {loaded}'s tray."), (say, world.calls)

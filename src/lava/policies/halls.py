@@ -438,6 +438,11 @@ class HallsSkill:
         if step is None:
             if plan.satisfied():
                 return AgentDecision(say=plan.summary())
+            if (stuck := plan.held_back()) is not None:
+                # Nothing lava can do makes room: the model would only guess (and spend the stage).
+                robot, hall, things = stuck
+                return AgentDecision(say=f"Sorry, I cannot finish: {hall} is full, so {listed(things)} "
+                                         f"stay on {robot}'s tray.")
             return None
         robot, action, value = step
         tool = {"detect": tools.detect, "move": tools.move, "load": tools.load, "unload": tools.unload}[action]
@@ -610,6 +615,18 @@ class Planner:
             sources = [h for h in self.halls if h != here and h not in blocked and self.movable(h)]
             if sources:
                 return 5, "move", sources[0]
+        return None
+
+    def held_back(self) -> tuple[str, str, list[str]] | None:
+        """(robot, hall, what it carries for that hall) when the hall it stands in is full of what the
+        goal wants there: nothing can be unloaded and nothing moved away."""
+        for robot in self.robots:
+            here = self.at.get(robot)
+            if here is None or here not in self.known or self.movable(here):
+                continue
+            drops = [o for o in self.tray.get(robot, []) if self.wanted_at(o, here)]
+            if drops and len(self.known[here]) >= int(self.notes["cap"].get(here, HALL_CAPACITY)):
+                return robot, here, drops
         return None
 
     def wanted_but_blocked(self) -> set[str]:
