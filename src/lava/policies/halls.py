@@ -555,6 +555,9 @@ class Planner:
         return any(h != but and (h not in self.known or self.count(h, c) < n)
                    for (h, k), n in self.goal.exact.items() if k == c)
 
+    def capacity(self, hall: str) -> int:
+        return int(self.notes["cap"].get(hall, HALL_CAPACITY))
+
     def occupied(self, robot: str) -> set[str]:
         return {h for r, h in self.at.items() if r != robot and h}
 
@@ -586,7 +589,7 @@ class Planner:
             return 0, "detect", None
         tray = self.tray.get(robot, [])
         room = len(tray) < int(self.notes["tray_cap"])
-        cap = int(self.notes["cap"].get(here, HALL_CAPACITY))
+        cap = self.capacity(here)
         drops = [o for o in tray if self.wanted_at(o, here)]
         movable = self.movable(here)
         if drops:
@@ -625,7 +628,7 @@ class Planner:
             if here is None or here not in self.known or self.movable(here):
                 continue
             drops = [o for o in self.tray.get(robot, []) if self.wanted_at(o, here)]
-            if drops and len(self.known[here]) >= int(self.notes["cap"].get(here, HALL_CAPACITY)):
+            if drops and len(self.known[here]) >= self.capacity(here):
                 return robot, here, drops
         return None
 

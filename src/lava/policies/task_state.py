@@ -73,6 +73,12 @@ class Result:
         """A failure that asks for the same call again."""
         return not self.ok and _RETRY.search(self.message) is not None
 
+    @property
+    def informative(self) -> bool:
+        """Whether it tells something about the world: a success, or a failure that refuses the call.
+        A failure that asks for a retry says only that the call did not run."""
+        return not self.retryable
+
 
 def read_results(feedback: Feedback) -> list[Result]:
     results = []
@@ -92,7 +98,7 @@ def results_with_calls(feedback: Feedback, state: TaskState) -> list[tuple[Resul
     for call in [*state.done_calls[-2:], *state.pending_failed]:
         calls.setdefault(call["robot"], call)
     return [(result, call) for result in read_results(feedback)
-            if isinstance(call := calls.get(result.robot), Mapping) and (result.ok or not result.retryable)]
+            if isinstance(call := calls.get(result.robot), Mapping) and result.informative]
 
 
 @dataclass

@@ -448,8 +448,7 @@ class ZonesSkill:
                 self.learn(found, call, True, "", notes)
         for result in results:
             call = calls.get(result.robot)
-            # A failure that asks for the same call again tells nothing about the world (see results_with_calls).
-            if call is not None and call["name"] == result.tool and (result.ok or not result.retryable):
+            if call is not None and call["name"] == result.tool and result.informative:
                 self.learn(found, call, result.ok, result.message, notes)
         notes["sent"] = []
 
