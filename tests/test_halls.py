@@ -118,6 +118,12 @@ class HallWorld:
         return sum(min(sum(1 for o in self.halls[h] if o.rpartition("_")[0] == c), n) for (h, c), n in quota.items())
 
 
+def with_reception(*reception: str) -> dict:
+    """The attributes of a delivery task: these halls receive, the others store."""
+    return {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": list(reception),
+            "storage_halls": [h for h in HALLS if h not in reception], "object_classes": CLASSES}
+
+
 def no_model(req: GenerationRequest):
     raise AssertionError(f"the model was asked ({req.component}): {req.messages[-1].content[:300]}")
 
@@ -191,8 +197,7 @@ def test_sorting_by_type_makes_room_in_a_full_hall() -> None:
 
 def test_a_delivery_goes_from_a_reception_hall_and_ends_with_words() -> None:
     world = HallWorld(DELIVERY_START)
-    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall1", "Hall3"],
-                  "storage_halls": ["Hall2", "Hall4"], "object_classes": CLASSES}
+    attributes = with_reception("Hall1", "Hall3")
     spent, say = run_stages(world, DELIVER, {("Hall4", "book"): 1}, [(1, 12)], attributes=attributes,
                             reset=False, then_answer=True)
     assert spent[0] <= 8, world.calls
@@ -205,8 +210,7 @@ def test_everything_of_a_delivery_goes_to_the_hall_the_user_names() -> None:
     # delivery is in. The model alone walked a robot between Hall3 and Hall4 until the budget ran out.
     world = HallWorld({"Hall1": ["book_3", "pen_1"], "Hall2": [], "Hall3": ["backpack_2", "book_1", "pen_2"],
                        "Hall4": []})
-    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall1", "Hall3"],
-                  "storage_halls": ["Hall2", "Hall4"], "object_classes": CLASSES}
+    attributes = with_reception("Hall1", "Hall3")
     quota = {("Hall4", "backpack"): 1, ("Hall4", "book"): 1, ("Hall4", "pen"): 1}
     spent, say = run_stages(world, "A delivery has arrived in Hall3. Send all its objects to Hall4.", quota,
                             [(1, 14), (2, 8), (3, 8)], attributes=attributes, reset=False, then_answer=True)
@@ -220,8 +224,7 @@ def test_a_robot_standing_in_the_target_hall_makes_way() -> None:
     # package (one robot per hall); robot2 wandered to Hall3 and the model took over until the budget ran out.
     world = HallWorld({"Hall1": [], "Hall2": ["backpack_2", "pen_2", "package_1", "book_1"],
                        "Hall3": ["book_2", "package_2", "pen_1", "backpack_1"], "Hall4": []})
-    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall2", "Hall3"],
-                  "storage_halls": ["Hall1", "Hall4"], "object_classes": CLASSES}
+    attributes = with_reception("Hall2", "Hall3")
     request = "As a temporary exception to the default storage rules, deliver 1 package to Hall1."
     spent, say = run_stages(world, request, {("Hall1", "package"): 1}, [(1, 10)], attributes=attributes,
                             reset=False, then_answer=True)
@@ -323,8 +326,7 @@ def test_one_object_taken_from_a_hall_then_redirected_while_its_move_is_held() -
     # 6 calls, then words). The model guessed object names ("pen") until the budget ran out.
     world = HallWorld({"Hall1": ["pen_1", "package_1", "book_2"], "Hall2": ["book_1"], "Hall3": [], "Hall4": []},
                       at={"robot1": "Hall4", "robot2": "Hall2"})
-    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall1", "Hall2"],
-                  "storage_halls": ["Hall3", "Hall4"], "object_classes": CLASSES}
+    attributes = with_reception("Hall1", "Hall2")
     eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
     memory: dict = {"memory_list": ["Only one robot can occupy a hall at a time."], "history": []}
 
@@ -389,8 +391,7 @@ def test_a_call_magma_asks_to_retry_is_made_again_without_looking() -> None:
     # Held-out MainDefinition@25 with injected failures: after each retried pick or drop lava looked
     # again (a detect the stage pays for), as if the failure had shown the map wrong.
     world = FlakyHallWorld({"Hall1": [], "Hall2": ["book_2", "package_1", "pen_2"], "Hall3": [], "Hall4": []})
-    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall2", "Hall3"],
-                  "storage_halls": ["Hall1", "Hall4"], "object_classes": CLASSES}
+    attributes = with_reception("Hall2", "Hall3")
     quota = {("Hall4", "book"): 1, ("Hall4", "package"): 1, ("Hall4", "pen"): 1}
     spent, say = run_stages(world, "A delivery has arrived in Hall2. Send all its objects to Hall4.", quota,
                             [(1, 14), (2, 8), (3, 8)], attributes=attributes, reset=False, then_answer=True)
@@ -408,8 +409,7 @@ def test_deliveries_a_full_hall_cannot_take_are_said_not_left_to_the_model() -> 
     # budget ran out. The stage cannot be met; saying so is the honest end.
     world = HallWorld({"Hall1": [], "Hall2": ["book_2", "package_1", "pen_2", "pen_1"],
                        "Hall3": ["package_2", "backpack_1", "book_1"], "Hall4": []})
-    attributes = {"known_robots": ["robot1", "robot2"], "halls": HALLS, "reception_halls": ["Hall2", "Hall3"],
-                  "storage_halls": ["Hall1", "Hall4"], "object_classes": CLASSES}
+    attributes = with_reception("Hall2", "Hall3")
     request = ("A delivery has arrived in Hall2. Send all its objects to Hall1. There is another delivery in Hall3 "
                "too. Send all of those objects to Hall1 as well.")
     quota = {("Hall1", "book"): 2, ("Hall1", "pen"): 2, ("Hall1", "package"): 2, ("Hall1", "backpack"): 1}
