@@ -419,3 +419,41 @@ def test_deliveries_a_full_hall_cannot_take_are_said_not_left_to_the_model() -> 
     carried = world.tray[loaded]
     assert len(carried) == 3 and say == (f"Sorry, I cannot finish: Hall1 is full, so {carried[0]}, {carried[1]}, "
                                          f"and {carried[2]} stay on {loaded}'s tray."), (say, world.calls)
+
+
+class GraspFailureHallWorld(HallWorld):
+    """Some objects cannot be grasped: MAGMA's RequestedObjectGraspFailureError, which the benchmark's
+    execution_error episodes put on hall stages (every instance of a wanted type but one, the first
+    named among them)."""
+
+    def __init__(self, *args, inaccessible: set[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.inaccessible = inaccessible
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        value = next(iter(args.values()), None)
+        if name == "pick_to_tray" and value in self.inaccessible:
+            self.calls.append(f"{robot}.{name}({value}) refused")
+            return False, f"Failed to grasp: {value}. The object is unreachable right now."
+        return super().run(robot, name, args)
+
+
+def test_an_object_that_cannot_be_grasped_is_replaced_by_another_of_its_kind() -> None:
+    world = GraspFailureHallWorld({"Hall1": ["book_1", "book_2", "book_3", "pen_1"], "Hall2": [],
+                                   "Hall3": ["backpack_1"], "Hall4": []}, inaccessible={"book_1", "book_3"})
+    _, say = run_stages(world, "As a temporary exception to the default storage rules, deliver 1 book to Hall4.",
+                            {("Hall4", "book"): 1}, [(1, 8)], attributes=with_reception("Hall1", "Hall3"),
+                            reset=False, then_answer=True)
+    assert world.halls["Hall4"] == ["book_2"] and say.startswith("Done."), world.calls
+    assert world.calls[2:4] == ["robot1.pick_to_tray(book_1) refused", "robot1.pick_to_tray(book_2)"]  # no look
+
+
+def test_an_object_the_goal_needs_that_cannot_be_grasped_is_said() -> None:
+    world = GraspFailureHallWorld({"Hall1": [], "Hall2": [], "Hall3": ["backpack_1", "book_1", "pen_2"],
+                                   "Hall4": []}, inaccessible={"book_1"})
+    spent, say = run_stages(world, "A delivery has arrived in Hall3. Send all its objects to Hall4.",
+                            {("Hall4", "backpack"): 1, ("Hall4", "book"): 1, ("Hall4", "pen"): 1},
+                            [(1, 14), (2, 8), (3, 8)], attributes=with_reception("Hall1", "Hall3"), reset=False,
+                            then_answer=True)
+    assert sorted(world.halls["Hall4"]) == ["backpack_1", "pen_2"] and len(spent) == 2, world.calls
+    assert say == "Sorry, I cannot finish: book_1 cannot be grasped right now.", world.calls

@@ -273,7 +273,8 @@ def read_detection(message: str) -> tuple[str, list[str], list[str]] | None:
 
 def _empty_notes() -> dict[str, Any]:
     return {"request": "", "halls": {}, "at": {}, "tray": {}, "cap": {}, "tray_cap": TRAY_CAPACITY,
-            "initial": {"halls": {}, "at": {}}, "touched": [], "moved": [], "look": [], "dropped": {}}
+            "initial": {"halls": {}, "at": {}}, "touched": [], "moved": [], "look": [], "dropped": {},
+            "unreachable": []}
 
 
 class HallsSkill:
@@ -306,6 +307,10 @@ class HallsSkill:
             return
         for result, call in results_with_calls(feedback, state):
             value = next(iter((call.get("arguments") or {}).values()), None)
+            if result.ungraspable and call["name"] == tools.load.name and isinstance(value, str):
+                # The map is right; this one object cannot be taken now: another of its kind can.
+                notes["unreachable"] = sorted({*notes["unreachable"], value})
+                continue
             self.fold(notes, tools, situation, result.robot, call["name"], value, result.ok, result.message)
 
     def fold(self, notes: dict[str, Any], tools: HallTools, situation: Situation, robot: str, name: str,
@@ -443,6 +448,8 @@ class HallsSkill:
                 robot, hall, things = stuck
                 return AgentDecision(say=f"Sorry, I cannot finish: {hall} is full, so {listed(things)} "
                                          f"stay on {robot}'s tray.")
+            if (left := [o for h in plan.known for o in plan.movable(h) if o in plan.unreachable]):
+                return AgentDecision(say=f"Sorry, I cannot finish: {listed(left)} cannot be grasped right now.")
             return None
         robot, action, value = step
         tool = {"detect": tools.detect, "move": tools.move, "load": tools.load, "unload": tools.unload}[action]
@@ -464,6 +471,7 @@ class Planner:
                 if h not in reception and h not in self.known:
                     self.known[h] = list(notes["dropped"].get(h, []))
         self.at: dict[str, str] = dict(notes["at"])
+        self.unreachable: set[str] = set(notes.get("unreachable") or ())
         self.tray: dict[str, list[str]] = {r: list(notes["tray"].get(r, [])) for r in self.robots}
 
     def cls(self, obj: str) -> str:
@@ -522,13 +530,16 @@ class Planner:
         return False
 
     def movable(self, hall: str) -> list[str]:
-        """Objects in this hall the goal wants elsewhere."""
+        """Objects in this hall the goal wants elsewhere; of several that would do, one that can be
+        grasped (see `loadable`)."""
         out = []
+        # Stable: the hall's order, with what cannot be grasped now after what can.
+        here = sorted(self.known.get(hall, []), key=lambda o: o in self.unreachable)
         for transfer in self.goal.transfers:
             if transfer[0] == hall:
                 wanted = transfer[2] - self.transferred(transfer)
-                out += [o for o in self.known.get(hall, []) if self.cls(o) == transfer[1]][:max(wanted, 0)]
-        for o in self.known.get(hall, []):
+                out += [o for o in here if self.cls(o) == transfer[1]][:max(wanted, 0)]
+        for o in here:
             if o in out or any(t[0] == hall and t[1] == self.cls(o) for t in self.goal.transfers):
                 continue
             if (target := self.sent_to(o)) is not None:
@@ -550,6 +561,9 @@ class Planner:
                 if short and need - self.carried(c) > sum(1 for x in out if self.cls(x) == c):
                     out.append(o)
         return out
+
+    def loadable(self, hall: str) -> list[str]:
+        return [o for o in self.movable(hall) if o not in self.unreachable]
 
     def somewhere_short(self, c: str, but: str) -> bool:
         return any(h != but and (h not in self.known or self.count(h, c) < n)
@@ -591,7 +605,7 @@ class Planner:
         room = len(tray) < int(self.notes["tray_cap"])
         cap = self.capacity(here)
         drops = [o for o in tray if self.wanted_at(o, here)]
-        movable = self.movable(here)
+        movable = self.loadable(here)
         if drops:
             if len(self.known[here]) < cap:
                 return 1, "unload", drops[0]
@@ -615,7 +629,7 @@ class Planner:
         if unexplored:
             return 4, "move", unexplored[0]
         if room:
-            sources = [h for h in self.halls if h != here and h not in blocked and self.movable(h)]
+            sources = [h for h in self.halls if h != here and h not in blocked and self.loadable(h)]
             if sources:
                 return 5, "move", sources[0]
         return None

@@ -40,6 +40,7 @@ _RESULT = re.compile(r"^\s*(?P<robot>[^:]+?):\s*(?P<tool>\S+)\s+(?P<status>succe
 # to a temporary execution error. Please retry.") and the tools' own ("Failed to press the sw1 button.
 # You can retry.", "ref_obj_1 is not in area2, you can retry"). Nothing was wrong with the call.
 _RETRY = re.compile(r"\b(?:please|you can)\s+retry\b", re.IGNORECASE)
+_UNGRASPABLE = re.compile(r"\bfailed to grasp\b|\bunreachable right now\b|\bimpossible to take\b", re.IGNORECASE)
 _TIMES = {"once": 1, "twice": 2, "thrice": 3, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3,
           "4": 4, "5": 5}
 _FORGET = re.compile(r"\b(forget|ignore|discard|drop|cancel)\b.*\b(rules?|constraints?|instructions?|preferences?)\b",
@@ -72,6 +73,12 @@ class Result:
     def retryable(self) -> bool:
         """A failure that asks for the same call again."""
         return not self.ok and _RETRY.search(self.message) is not None
+
+    @property
+    def ungraspable(self) -> bool:
+        """A take refused because the object cannot be grasped now ("Failed to grasp: mango_1. The
+        object is unreachable right now.", MAGMA's GraspFailureError): another of its kind may do."""
+        return not self.ok and _UNGRASPABLE.search(self.message) is not None
 
     @property
     def informative(self) -> bool:
