@@ -457,3 +457,5 @@ def test_an_object_the_goal_needs_that_cannot_be_grasped_is_said() -> None:
                             then_answer=True)
     assert sorted(world.halls["Hall4"]) == ["backpack_1", "pen_2"] and len(spent) == 2, world.calls
     assert say == "Sorry, I cannot finish: book_1 cannot be grasped right now.", world.calls
+    # Tried once more after the unloads (MAGMA draws grasp failures anew at each stage), then said.
+    assert world.calls.count("robot1.pick_to_tray(book_1) refused") == 2

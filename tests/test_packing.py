@@ -11,17 +11,24 @@ the seam.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 
 import episodes
+from conftest import user_input
 from episodes import CANCEL, Stage, World, tool
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
 from lava.policies.demos import finisher
 from lava.policies.goals import default_recipe, read_recipe
 from lava.policies.intent import heuristic_intent
+from lava.policies.magma import MagmaPolicy
 from lava.policies.orders import read_orders
+from lava.protocol import AgentRequest
+from lava.settings import Settings
 from lava.tools import ToolBox
 
 # -- packaging: food on the table, a tray, valid_plate (packaging.yaml names, packaging_tools messages) --
@@ -322,6 +329,45 @@ def test_a_tray_request_after_a_validated_tray_looks_at_the_table_set_out_anew()
     ], PACKAGING_RULES)
     assert world.sent == [["fish", "juice"], ["fish", "water"]]
     assert world.calls[6:8] == ["detect()", "take(fish)"] and all(said)
+
+
+class GraspFailureTrayWorld(TrayWorld):
+    """Fish cannot be grasped: MAGMA's GraspFoodFailureError, which the benchmark's execution_error
+    episodes put on packaging stages (requested food, for the whole stage)."""
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        if name == "take" and arguments["name"] == "fish":
+            self.calls.append("take(fish) refused")
+            return False, "Failed to grasp: fish. The object is unreachable right now."
+        return super().run(name, arguments)
+
+
+def test_food_that_cannot_be_grasped_waits_for_the_rest_then_is_said() -> None:
+    world = GraspFailureTrayWorld()
+    said = until_words(world, "I would like a tray containing fish and juice.")
+    # The rest of the tray first, the fish once more after something was put down (MAGMA draws such
+    # failures per stage), no look between: the table is as lava saw it. The tray is not sent.
+    assert world.calls == ["detect()", "take(fish) refused", "take(juice)", "put(tray)", "take(fish) refused"]
+    assert said == "Sorry, I cannot finish: fish cannot be grasped right now." and not world.sent
+
+
+def until_words(world: TrayWorld, request: str, max_turns: int = 20) -> str:
+    """One request played to its first answer in words (no model), whatever the world's state then."""
+    engine = Engine(MagmaPolicy(FunctionBackend(episodes.no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": list(PACKAGING_RULES), "history": []}
+    instruction = {"type": "user", "content": request}
+    for _ in range(max_turns):
+        entry = user_input(instruction["content"], memory=memory, tools=world.tools,
+                           attributes={**world.attributes, "robot_statuses": {"panda": "FREE"}})
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(engine.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out
+        memory, decision = out["memory"], out["output"]
+        if not decision["tool_calls"]:
+            return decision["say"]
+        (call,) = decision["tool_calls"]
+        instruction = episodes.feedback(call, *world.run(call["name"], call["arguments"]))
+    raise AssertionError(f"no words after {max_turns} turns: {world.calls}")
 
 
 def completed(count: int) -> Callable[[PackageWorld], bool]:

@@ -530,3 +530,27 @@ def test_steps_a_rule_names_must_all_be_done_before_saying_done() -> None:
     out = turn_in(eng, tools, feedback("panda", "insert_capsule", {"name": "milky"}, True,
                                        "You have loaded a milky capsule."), memory)
     assert out["output"]["say"].startswith("Done.")
+
+
+def grasp_fails_for(world: CubeWorld, *cubes: str) -> None:
+    """MAGMA's grasp-failure errors (execution_error episodes): these cubes cannot be taken."""
+    real_run = world.run
+
+    def run(name: str, arguments: dict) -> tuple[bool, str]:
+        if name == "take" and arguments["name"] in cubes:
+            world.calls.append(f"take({arguments['name']}) refused")
+            return False, f"Failed to grasp: {arguments['name']}. The object is unreachable right now."
+        return real_run(name, arguments)
+
+    world.run = run  # type: ignore[method-assign]
+
+
+def test_a_cube_that_cannot_be_grasped_gives_way_to_another_of_its_kind() -> None:
+    world = CubeWorld({"table": ["blue_cube_1"], "yellow_tray": ["yellow_cube_1", "blue_cube_2", "yellow_cube_2"],
+                       "blue_tray": ["blue_cube_3"]})
+    grasp_fails_for(world, "yellow_cube_1")
+    answer, _ = episode(world, "Complete these moves in this exact order: First, move one yellow cube from the "
+                               "yellow tray to the table. Then, move one blue cube from the table to the blue tray.")
+    assert world.calls == ["get_objects_state()", "take(yellow_cube_1) refused", "take(yellow_cube_2)", "put(table)",
+                           "take(blue_cube_1)", "put(blue_tray)"]
+    assert answer.startswith("Done.")

@@ -164,3 +164,20 @@ def test_a_retry_is_asked_only_when_every_failure_asks_for_one() -> None:
                                                       "arm2: take failed with message: y is out of reach."})), toolbox)
     assert len(state.pending_failed) == 2 and not state.retry_asked
     assert [c["robot"] for c in state.failed] == ["arm2"]  # the retryable one is not refused
+
+
+def test_an_object_that_could_not_be_grasped_is_remembered_until_something_is_put_down() -> None:
+    toolbox = ToolBox.from_input([{"name": "take", "arguments": {"name": {"type": "str"}}},
+                                  {"name": "put", "arguments": {"target": {"type": "str"}}}],
+                                 {"known_robots": ["panda"]})
+    state = TaskState(intent="act", pending=[{"robot": "panda", "name": "take", "arguments": {"name": "fish"}}])
+    state.observe(Feedback.parse(json.dumps({"infos": "panda: take failed with message: Failed to grasp: fish. "
+                                                      "The object is unreachable right now."})), toolbox)
+    assert state.ungraspable == ["fish"] and state.failed  # a refusal all the same
+    assert not Result("panda", "take", False, "fish is not detected").ungraspable
+    state.pending = [{"robot": "panda", "name": "take", "arguments": {"name": "juice"}}]
+    state.observe(Feedback.parse(json.dumps({"infos": "panda: take succeed with message: ok"})), toolbox)
+    assert state.ungraspable == ["fish"]  # taking another changes nothing for the fish
+    state.pending = [{"robot": "panda", "name": "put", "arguments": {"target": "tray"}}]
+    state.observe(Feedback.parse(json.dumps({"infos": "panda: put succeed with message: ok"})), toolbox)
+    assert state.ungraspable == []

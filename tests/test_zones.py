@@ -465,3 +465,31 @@ def test_calls_magma_asks_to_retry_are_made_again_and_teach_nothing() -> None:
     run.act("Place all apple objects in the mutual tray.", {"banana_0": "left_zone", "apple_0": "mutual_zone"})
     assert world.calls == ["arm1.get_objects_state() FAILED", "arm1.get_objects_state()",
                            *["arm1.deplace(apple_0, mutual_zone) FAILED"] * 3, "arm1.deplace(apple_0, mutual_zone)"]
+
+
+class GraspFailureBiWorld(BiWorld):
+    """A damaged object that cannot be grasped for a while: MAGMA's RequestedObjectGraspFailureError on
+    the damaged-objects stages (every damaged object but one, the first named among them; each stage
+    draws anew)."""
+
+    def __init__(self, *args, inaccessible: dict[str, int], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.inaccessible = dict(inaccessible)  # object -> refusals left
+
+    def check(self, robot: str, name: str, arguments: dict) -> tuple[bool, str]:
+        thing = arguments.get(self.names["object"])
+        if name == self.names["move"] and self.inaccessible.get(thing, 0) > 0:
+            self.inaccessible[thing] -= 1
+            return False, f"Failed to grasp: {thing}. The object is unreachable right now."
+        return super().check(robot, name, arguments)
+
+
+def test_a_damaged_object_that_cannot_be_grasped_waits_while_another_is_moved() -> None:
+    world = GraspFailureBiWorld({"left_zone": ["apple_0", "banana_0", "orange_0"], "mutual_zone": [],
+                                 "right_zone": ["banana_1"]}, ["apple_0", "banana_0"], inaccessible={"apple_0": 1})
+    run = Episode(world)
+    run.say(ACCESS)
+    target = dict(world.where, apple_0="mutual_zone", banana_0="mutual_zone")
+    run.act("Place all damaged objects in the mutual zone.", target, budget=6)
+    assert world.calls == ["arm1.get_objects_state()", "arm1.deplace(apple_0, mutual_zone) FAILED",
+                           "arm1.deplace(banana_0, mutual_zone)", "arm1.deplace(apple_0, mutual_zone)"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -918,9 +918,14 @@ class Step:
 
 
 def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, puts_done: int,
-              moved: set[str]) -> Step | None:
+              moved: set[str], ungraspable: Collection[str] = ()) -> Step | None:
     """The next step toward the goal, or None when the scene cannot serve it (observe or ask the
-    model). `puts_done` counts the puts made for this request, `moved` the objects taken for it."""
+    model). `puts_done` counts the puts made for this request, `moved` the objects taken for it.
+    Objects in `ungraspable` are taken last: whatever else the goal needs goes first."""
+
+    def graspable_first(things: Sequence[str]) -> list[str]:
+        return sorted(things, key=lambda t: t in ungraspable)
+
     if goal.moves:
         if puts_done >= len(goal.moves):
             return Step("put", goal.moves[puts_done - 1].target) if held else Step("done")
@@ -931,7 +936,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
             return Step("take", move.name)
         fitting = [t for t in scene.get(move.source or "", []) if _matches(move.what, t) and t not in moved]
         fitting = fitting or [t for t in scene.get(move.source or "", []) if _matches(move.what, t)]
-        return Step("take", fitting[0]) if fitting else None
+        return Step("take", graspable_first(fitting)[0]) if fitting else None
     if goal.fill is not None:
         if held:
             table = next((p for p in scene if "table" in words(p)), None)
@@ -940,7 +945,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         extra = [t for t in there if t not in goal.items]
         if extra:
             return Step("take", extra[0])  # exactly these: what does not belong goes back
-        missing = [t for t in goal.items if t not in there]
+        missing = graspable_first([t for t in goal.items if t not in there])
         return Step("take", missing[0]) if missing else Step("finish")
     if goal.clear is not None:
         if held:
@@ -949,19 +954,20 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         # objects were put away, what has no home is not what the request meant ("remove all objects"
         # leaves the sponge: MAGMA counts serving objects). With no home known at all, the model chooses.
         left = scene.get(goal.clear, [])
-        homed = [t for t in left if sibling_home(t, scene, exclude=(goal.clear,)) is not None]
+        homed = graspable_first([t for t in left if sibling_home(t, scene, exclude=(goal.clear,)) is not None])
         if homed:
             return Step("take", homed[0])
         # Without a sibling to follow, the model chooses where it goes; what a rule names as a tool
         # ("take the sponge, use wipe") is not what clearing means, unless nothing else is there.
-        others = [t for t in left if not (words(stem(t)) & goal.spare)]
+        others = graspable_first([t for t in left if not (words(stem(t)) & goal.spare)])
         if others:
             return Step("take", others[0])
         return Step("take", left[0]) if left and not puts_done else Step("done")
     wanted = targets(goal, scene, held)
     if held:
         return Step("put", wanted[held]) if held in wanted else None
-    misplaced = [t for ts in scene.values() for t in ts if t in wanted and where(scene, t) != wanted[t]]
+    misplaced = graspable_first([t for ts in scene.values() for t in ts
+                                 if t in wanted and where(scene, t) != wanted[t]])
     if goal.first:
         misplaced.sort(key=lambda t: not _matches(goal.first or frozenset(), t))
     return Step("take", misplaced[0]) if misplaced else Step("done")

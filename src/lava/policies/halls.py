@@ -361,6 +361,7 @@ class HallsSkill:
             return
         if name == tools.unload.name:
             if ok:
+                notes["unreachable"] = []  # MAGMA draws grasp failures anew at each stage: worth a new try
                 hall = next((h for h in known_halls if h in message), here)
                 if value in tray.get(robot, []):
                     tray[robot].remove(value)

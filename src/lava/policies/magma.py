@@ -523,7 +523,10 @@ class MagmaPolicy(Policy):
                 and check.name in " ".join(rules)
                 and not any(c["name"] == check.name for c in state.failed)):
             return _call(check, robot)  # a rule asks to inspect before choosing where it goes
-        step = next_step(goal, state.scene, state.held, puts_done, moved)
+        step = next_step(goal, state.scene, state.held, puts_done, moved, state.ungraspable)
+        if step is not None and step.action == "take" and step.value in state.ungraspable:
+            # Only what could not be grasped is left: trying it again would fail the same way.
+            return AgentDecision(say=f"Sorry, I cannot finish: {step.value} cannot be grasped right now.")
         if step is not None and step.action == "put" and state.held and goal.clear is not None:
             step = type(step)("put", routed(state.held, state.condition, state.scene, rules, exclude=(goal.clear,),
                                             cls=state.classes.get(stem(state.held)))
@@ -722,7 +725,10 @@ class MagmaPolicy(Policy):
         acts_on_objects = any(t.params and _TAKE_LIKE.search(t.name.replace("_", " ") + " " + t.description)
                               for t in situation.toolbox.tools)
         unseen = not state.observations and state.scene is None and acts_on_objects
-        refused = state.last_failed and any(c["name"] != observe.name for c in state.pending_failed)
+        # An object that could not be grasped is where lava believes: looking would show the same.
+        refused = state.last_failed and any(c["name"] != observe.name
+                                            and not set(argument_values([c])) & set(state.ungraspable)
+                                            for c in state.pending_failed)
         if not (unseen or refused):
             return None
         return _call(observe, robots[0])

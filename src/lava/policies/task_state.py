@@ -147,6 +147,9 @@ class TaskState:
     suspended: dict[str, Any] | None = None
     # Objects lava asked the user an area for (a cycle naming objects no rule places).
     asked_about: list[str] = field(default_factory=list)
+    # Objects a take could not grasp ("Failed to grasp: fish. The object is unreachable right now."),
+    # until something is put down (MAGMA draws such failures anew at each stage).
+    ungraspable: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, private: Mapping[str, Any]) -> TaskState:
@@ -184,6 +187,7 @@ class TaskState:
         self.last_failed, self.failures_in_row = False, 0
         self.plan = None
         self.failed = []
+        self.ungraspable = []
         self.finished = False
 
     def suspend(self, *, question: bool = False) -> None:
@@ -254,6 +258,9 @@ class TaskState:
                 if not result.retryable:
                     refused = True
                     self.failed = [*self.failed, {**call, "message": result.message[:200]}][-MAX_FAILED:]
+                if result.ungraspable and isinstance(thing := next(iter((call.get("arguments") or {}).values()),
+                                                                   None), str):
+                    self.ungraspable = [*(t for t in self.ungraspable if t != thing), thing]
             if result.ok and call is not None and (tool := toolbox.get(call["name"])) is not None and tool.params:
                 self.failed = []  # something moved: what failed before may work now
             if result.ok and call is not None:
@@ -314,6 +321,7 @@ class TaskState:
             if self.scene is not None and self.held:
                 self.scene = scenes.put(self.scene, self.held, value)
             self.held = self.held_from = self.condition = None
+            self.ungraspable = []
 
     def repeats_failure(self, decision: AgentDecision) -> bool:
         """Whether every call of the decision is one that was refused since the world last changed."""

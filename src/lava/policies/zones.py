@@ -549,7 +549,10 @@ class ZonesSkill:
             return None  # something lava does not understand keeps failing: the model decides
         first = priority(rules, kinds)
         rank = {t: i for i, t in enumerate(order)}
-        todo.sort(key=lambda t: (first is not None and stem(t) != first, rank.get(t, len(rank)), t))
+        retries = notes.get("retries") or {}
+        # Of moves in any order, the least refused first: an object that could not be grasped ("Failed
+        # to grasp: apple_0. The object is unreachable right now.") waits while another is moved.
+        todo.sort(key=lambda t: (first is not None and stem(t) != first, rank.get(t, len(rank)), retries.get(t, 0), t))
         if order:
             todo = todo[:1]  # ordered moves: each one done before the next is started
         elif first is not None and stem(todo[0]) == first:
