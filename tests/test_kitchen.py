@@ -340,3 +340,28 @@ def test_a_call_magma_asks_to_retry_is_made_again_without_looking() -> None:
     assert world.calls[:6] == ["table_robot.scan_scene()", "dish_robot.take(plate_2) FAILED",
                                "dish_robot.take(plate_2)", "dish_robot.put(sink) FAILED", "dish_robot.put(sink)",
                                "dish_robot.clean(plate_2)"]
+
+
+class GraspFailureKitchenWorld(KitchenWorld):
+    """goblet_2 cannot be grasped: MAGMA's GraspItemsFailureError, which the benchmark's execution_error
+    episodes put on table stages (an instance of a requested type beyond the count asked for)."""
+
+    def check(self, robot: str, name: str, value: str | None) -> tuple[bool, str]:
+        if name == "take" and value == "goblet_2":
+            return False, "Failed to grasp: goblet_2. The object is unreachable right now."
+        return super().check(robot, name, value)
+
+
+def test_a_goblet_that_cannot_be_grasped_gives_way_to_another() -> None:
+    world = GraspFailureKitchenWorld({"mango_1": "table", "sponge": "table", "goblet_2": "dish_storage",
+                                      "goblet_3": "dish_storage", "bowl_2": "dish_storage"}, set())
+
+    def set_(w: KitchenWorld) -> int:
+        on_table = [t for t, p in w.where.items() if p == "table"]
+        return sum(stem in ("goblet", "bowl") for stem in (t.rsplit("_", 1)[0] for t in on_table)) + (
+            w.where.get("mango_1") == "food_storage")
+
+    said = Episode(world).act("Set the table with 1 goblet and 1 bowl.", set_, 3)
+    assert said.startswith("Done.") and world.where["goblet_3"] == "table", world.calls
+    failed = world.calls.index("table_robot.take(goblet_2) FAILED")
+    assert world.calls[failed + 1] == "table_robot.take(goblet_3)"  # no look between

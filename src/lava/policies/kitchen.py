@@ -34,7 +34,7 @@ from .demos import roles
 from .goals import NUMBER, number, stem
 from .names import location_values
 from .scene import read_scene
-from .task_state import TaskState, results_with_calls
+from .task_state import TaskState, cannot_grasp, results_with_calls
 
 # World knowledge, not MAGMA's lists: the dishware and cleaning things of a kitchen table. Any
 # other kind on the table is taken for food, and a refusal ("can only take dishware") corrects it.
@@ -189,6 +189,12 @@ class KitchenSkill:
                     notes["food"].append(stem(value))
                 retries = notes.setdefault("retries", {})
                 retries[value] = retries.get(value, 0) + 1
+                if name == found.take.name and cannot_grasp(message):
+                    # Where lava believed, but not to be taken now: another of its kind is, if the
+                    # table wants one (the targets are drawn again); no look would show more.
+                    notes["ungraspable"] = sorted({*(notes.get("ungraspable") or []), value})
+                    notes["targets"] = None
+                    return
             notes["stale"] = True  # what lava believed was wrong: look again
             return
         if name == found.take.name and isinstance(value, str):
@@ -196,6 +202,7 @@ class KitchenSkill:
             held[robot] = value
         elif name == found.put.name and isinstance(value, str) and robot in held:
             where[held.pop(robot)] = value
+            notes["ungraspable"] = []  # MAGMA draws grasp failures anew at each stage: worth a new try
         elif name == found.clean.name and isinstance(value, str):
             where[value] = found.drying  # MAGMA's clean moves the washed dish to the drying zone
             if value in dirty:
@@ -259,6 +266,7 @@ class KitchenSkill:
         held = {t: r for r, t in (notes.get("held") or {}).items()}
         things = sorted({*where, *held})
         kinds, food = {stem(t) for t in things}, notes.get("food") or ()
+        ungraspable = set(notes.get("ungraspable") or ())
         targets: dict[str, str] = {}
         for word, count in counts.items():
             k = _kind_named(word, kinds)
@@ -268,8 +276,9 @@ class KitchenSkill:
             # What costs no extra call first: a clean one on the table, then dirty dishware (washed and
             # carried from the drying zone anyway, to the table as well as to storage), then a clean
             # one from elsewhere (two calls, and a gap where it was stored).
-            usable.sort(key=lambda t: (0 if t not in dirty and where.get(t) == found.table else 1 if t in dirty
-                                       else 2, t))
+            # One that could not be grasped comes last.
+            usable.sort(key=lambda t: (t in ungraspable, 0 if t not in dirty and where.get(t) == found.table
+                                       else 1 if t in dirty else 2, t))
             targets.update({t: found.table for t in usable[:count]})
         for thing in things:
             if thing not in targets and (home := self.home(found, thing, notes)) is not None:

@@ -78,13 +78,18 @@ class Result:
     def ungraspable(self) -> bool:
         """A take refused because the object cannot be grasped now ("Failed to grasp: mango_1. The
         object is unreachable right now.", MAGMA's GraspFailureError): another of its kind may do."""
-        return not self.ok and _UNGRASPABLE.search(self.message) is not None
+        return not self.ok and cannot_grasp(self.message)
 
     @property
     def informative(self) -> bool:
         """Whether it tells something about the world: a success, or a failure that refuses the call.
         A failure that asks for a retry says only that the call did not run."""
         return not self.retryable
+
+
+def cannot_grasp(message: str) -> bool:
+    """Whether a refusal says the object cannot be grasped now (MAGMA's GraspFailureError)."""
+    return _UNGRASPABLE.search(message) is not None
 
 
 def read_results(feedback: Feedback) -> list[Result]:
@@ -463,6 +468,6 @@ def one_dimensional(toolbox: ToolBox) -> bool:
     return len(acting) == 1 and len(acting[0].params) == 1  # laundry's drop and wash are work too
 
 
-__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "mentioned", "numbered_family",
-           "numbers_as_names", "one_dimensional", "read_results", "remaining", "results_with_calls", "sentences",
-           "vocabulary"]
+__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "cannot_grasp", "mentioned",
+           "numbered_family", "numbers_as_names", "one_dimensional", "read_results", "remaining", "results_with_calls",
+           "sentences", "vocabulary"]
