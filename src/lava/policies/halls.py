@@ -36,7 +36,7 @@ from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .goals import NUMBER, listed, number
-from .task_state import TaskState, results_with_calls
+from .task_state import TaskState, cannot_grasp_said, results_with_calls
 
 TRAY_CAPACITY = 4  # until a refusal says otherwise ("The tray is full. It supports only 4 objects.")
 HALL_CAPACITY = 4  # tables hold a 2x2 grid; "No free place on Hall3." lowers it for that hall
@@ -450,7 +450,7 @@ class HallsSkill:
                 return AgentDecision(say=f"Sorry, I cannot finish: {hall} is full, so {listed(things)} "
                                          f"stay on {robot}'s tray.")
             if (left := [o for h in plan.known for o in plan.movable(h) if o in plan.unreachable]):
-                return AgentDecision(say=f"Sorry, I cannot finish: {listed(left)} cannot be grasped right now.")
+                return AgentDecision(say=cannot_grasp_said(left))
             return None
         robot, action, value = step
         tool = {"detect": tools.detect, "move": tools.move, "load": tools.load, "unload": tools.unload}[action]

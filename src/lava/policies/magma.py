@@ -86,6 +86,7 @@ from .task_state import (
     TaskState,
     argument_values,
     call_text,
+    cannot_grasp_said,
     mentioned,
     numbered_family,
     numbers_as_names,
@@ -526,7 +527,7 @@ class MagmaPolicy(Policy):
         step = next_step(goal, state.scene, state.held, puts_done, moved, state.ungraspable)
         if step is not None and step.action == "take" and step.value in state.ungraspable:
             # Only what could not be grasped is left: trying it again would fail the same way.
-            return AgentDecision(say=f"Sorry, I cannot finish: {step.value} cannot be grasped right now.")
+            return AgentDecision(say=cannot_grasp_said([step.value]))
         if step is not None and step.action == "put" and state.held and goal.clear is not None:
             step = type(step)("put", routed(state.held, state.condition, state.scene, rules, exclude=(goal.clear,),
                                             cls=state.classes.get(stem(state.held)))

@@ -22,7 +22,7 @@ from ..situation import Feedback
 from ..tools import CANCEL_TOOL, ToolBox
 from . import scene as scenes
 from .demos import roles
-from .goals import STATED, number
+from .goals import STATED, listed, number
 from .scene import read_scene
 
 Intent = Literal["act", "answer", "acknowledge"]
@@ -90,6 +90,11 @@ class Result:
 def cannot_grasp(message: str) -> bool:
     """Whether a refusal says the object cannot be grasped now (MAGMA's GraspFailureError)."""
     return _UNGRASPABLE.search(message) is not None
+
+
+def cannot_grasp_said(things: Sequence[str]) -> str:
+    """What lava says when all that is left of the work is what could not be grasped."""
+    return f"Sorry, I cannot finish: {listed(things)} cannot be grasped right now."
 
 
 def read_results(feedback: Feedback) -> list[Result]:
@@ -468,6 +473,6 @@ def one_dimensional(toolbox: ToolBox) -> bool:
     return len(acting) == 1 and len(acting[0].params) == 1  # laundry's drop and wash are work too
 
 
-__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "cannot_grasp", "mentioned",
-           "numbered_family", "numbers_as_names", "one_dimensional", "read_results", "remaining", "results_with_calls",
-           "sentences", "vocabulary"]
+__all__ = ["Intent", "Result", "TaskState", "argument_values", "call_text", "cannot_grasp", "cannot_grasp_said",
+           "mentioned", "numbered_family", "numbers_as_names", "one_dimensional", "read_results", "remaining",
+           "results_with_calls", "sentences", "vocabulary"]

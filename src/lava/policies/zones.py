@@ -545,11 +545,11 @@ class ZonesSkill:
             moved = notes.get("moved") or []
             return AgentDecision(say="Done. " + (f"I moved {'; '.join(moved[-8:])}." if moved else
                                                  "Everything was already in place."))
-        if any((notes.get("retries") or {}).get(t, 0) > MAX_RETRIES for t in todo):
+        retries = notes.get("retries") or {}
+        if any(retries.get(t, 0) > MAX_RETRIES for t in todo):
             return None  # something lava does not understand keeps failing: the model decides
         first = priority(rules, kinds)
         rank = {t: i for i, t in enumerate(order)}
-        retries = notes.get("retries") or {}
         # Of moves in any order, the least refused first: an object that could not be grasped ("Failed
         # to grasp: apple_0. The object is unreachable right now.") waits while another is moved.
         todo.sort(key=lambda t: (first is not None and stem(t) != first, rank.get(t, len(rank)), retries.get(t, 0), t))
