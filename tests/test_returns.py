@@ -595,3 +595,68 @@ def test_a_call_magma_asks_to_retry_is_made_again_as_it_was() -> None:
     assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "priority_bay_0")]
     assert world.dropped["priority_bay_0"] == ["hygiene_1"]
     assert {call: world.next_by_the_same_robot(call) for call in failing} == {call: call for call in failing}
+
+
+class SlipperyDepot(Depot):
+    """The first put of each product in `slips` lets go of it beside the target, as MAGMA's placement
+    check reports it ("snacks_3 is not in trashcan."): it lands on the table the robot stands at, where
+    it can be picked again, or on the floor, out of every robot's reach."""
+
+    def __init__(self, *args, slips: dict[str, str]) -> None:
+        super().__init__(*args)
+        self.slips, self.floor = dict(slips), []
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        product = self.held[robot]
+        if name == "put" and product in self.slips and args["target"] in ("trashcan", "tray", "package", "table"):
+            self.calls.append(f"{robot}.put({args['target']})")
+            self.held[robot] = None
+            if self.slips.pop(product) == "floor":
+                self.floor.append(product)
+            else:
+                self.tables.setdefault(self.at[robot], []).append(product)
+            return False, f"{product} is not in {args['target']}."
+        if name == "pick" and args["name"] in self.floor:
+            self.calls.append(f"{robot}.pick({args['name']})")
+            return False, f"Object {args['name']} is not in the same zone as robot {robot}."
+        return super().run(robot, name, args)
+
+
+def test_a_product_a_put_let_fall_beside_its_target_is_picked_again_where_it_fell() -> None:
+    # Held-out AdvancedDeliveryDefinition@29: the keeper's put(trashcan) of the broken snacks_3 failed with
+    # "snacks_3 is not in trashcan.", and lava put again into an empty gripper, then left it to the model
+    # until the five-failure stop.
+    reception, broken = ["hygiene_0", "textile_1"], ["hygiene_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "snacks_1", "hygiene_1",
+               "textile_0"]
+    world = SlipperyDepot(reception, storage, broken, slips={"hygiene_0": "table", "textile_1": "table",
+                                                                  "hygiene_1": "table"})
+    answer, _ = episode(world, SIMPLE, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
+                                               {"hygiene": 1}), budget=20)
+    assert answer.startswith("Done.") and not world.slips
+    assert world.trash == ["hygiene_0"] and "textile_1" in world.tables["textile_spot"]
+    assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "priority_bay_0")]
+    assert world.dropped["priority_bay_0"] == ["hygiene_1"]
+    keeper = [c for c in world.calls if c.startswith("reception_robot.")]
+    slipped = keeper.index("reception_robot.put(trashcan)")
+    assert keeper[slipped:slipped + 3] == ["reception_robot.put(trashcan)", "reception_robot.pick(hygiene_0)",
+                                           "reception_robot.put(trashcan)"]
+    courier = [c for c in world.calls if c.startswith("preparation_robot_a.")]
+    slipped = courier.index("preparation_robot_a.put(package)")
+    assert courier[slipped:slipped + 3] == ["preparation_robot_a.put(package)", "preparation_robot_a.pick(hygiene_1)",
+                                            "preparation_robot_a.put(package)"]
+
+
+def test_a_product_that_fell_out_of_reach_is_named_once_the_rest_is_done() -> None:
+    reception, broken = ["hygiene_0", "textile_1"], ["hygiene_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "drinks_1", "snacks_0", "snacks_1", "hygiene_1",
+               "hygiene_2", "textile_0"]
+    world = SlipperyDepot(reception, storage, broken, slips={"hygiene_0": "floor", "hygiene_1": "floor"})
+    answer, _ = episode(world, SIMPLE, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
+                                               {"hygiene": 1}), budget=20)
+    # the delivery takes another hygiene product; the clean return is stored; the broken one is named
+    assert world.dropped["priority_bay_0"] == ["hygiene_2"]
+    assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "priority_bay_0")]
+    assert "textile_1" in world.tables["textile_spot"] and world.trash == []
+    assert answer == "Sorry, I cannot finish: hygiene_0 fell beside the trashcan and is out of every robot's reach."
+    assert world.calls.count("reception_robot.pick(hygiene_0)") == 2

@@ -16,7 +16,8 @@ costliest objective, and a stage ends as soon as enough objectives are met. So t
 beside the returns, never sending two robots to one spot: its calls spend the budget of the stages
 the returns end, which the returns alone leave half unused.
 Progress is replayed from the calls that succeeded; what only a message says (the products seen,
-clean or broken, which robot blocks a spot) is kept in the skill's notes.
+clean or broken, which robot blocks a spot, a product a put let fall beside its target) is kept in
+the skill's notes.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Any
 from ..protocol import AgentDecision, ToolCall
 from ..situation import Situation
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
-from .goals import NUMBER, number, tool_words, words
-from .task_state import TaskState, read_results
+from .goals import NUMBER, listed, number, tool_words, words
+from .task_state import TaskState, read_results, results_with_calls
 
 _MOVE = frozenset(("move", "navigate", "go", "send", "goto"))
 _TAKE = frozenset(("take", "collect", "pick", "grab", "get"))
@@ -43,6 +44,9 @@ _DELIVERY = re.compile(r"\bdelivery\s+(?P<id>[A-Z][A-Z0-9]*-\d+)\s+for\s+(?P<nam
                        r"\s+in\s+(?P<city>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)(?P<rest>(?:(?!\bdelivery\s+[A-Z])[^.])*)")
 _SEEN = re.compile(r"On\s+(?P<table>[\w ]+?),\s*there is:\s*(?P<items>[^.]*)\.", re.I)
 _OCCUPIED = re.compile(r"(?P<target>\S+) is already occupied by (?P<who>\S+?)\.?$", re.I)
+# A put that let go of the product but saw it land outside the target (MAGMA's placement check:
+# "snacks_3 is not in trashcan.", more than 15 cm from the trashcan's centre).
+_MISSED = re.compile(r"^(?P<product>\S+) is not in (?P<target>\S+?)\.?$", re.I)
 
 
 def _parts(name: str) -> set[str]:
@@ -212,6 +216,24 @@ def note_feedback(situation: Situation, state: TaskState, notes: dict[str, Any],
             at = _where(state.episode_calls, result.robot, tools.move.name)
             for target in [t for t, who in blocked.items() if who == result.robot or t == at]:
                 del blocked[target]
+    note_misses(situation, state, notes, tools)
+
+
+def note_misses(situation: Situation, state: TaskState, notes: dict[str, Any], tools: ReturnTools) -> None:
+    """A product a put let fall beside its target lies where the robot stands: it is picked again there
+    ("missed", with where and what it was put in). When that pick is refused too, the product is out of
+    every robot's reach ("lost"): the work goes on without it, and the answer names it."""
+    missed, lost = notes.setdefault("missed", {}), notes.setdefault("lost", {})
+    for result, call in results_with_calls(situation.feedback, state):  # type: ignore[arg-type]
+        value = next(iter((call.get("arguments") or {}).values()), None)
+        if result.tool == tools.put.name and not result.ok and (match := _MISSED.search(result.message)):
+            at = _where(state.episode_calls, result.robot, tools.move.name) or ""
+            missed[match["product"]] = {"at": at, "into": match["target"]}
+        elif result.tool == tools.pick.name and value in missed:
+            if result.ok:
+                del missed[value]
+            else:
+                lost[value] = missed.pop(value)["into"]
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -272,6 +294,11 @@ class Plan:
                 elif value == t.table and at not in (None, self.home):
                     stored.add(held)
                 held = None
+        lost = self.notes.get("lost", {})
+        if held in lost:
+            held = None
+        if (pick := self.pick_again(robot, held, at)) is not None:
+            return "busy", pick
         here = at in (None, self.home)  # it starts at the reception
         seen = self.notes.get("seen", {}).get(f"{robot}@{'' if at is None else at}") if here else None
         reception = self.notes.get("reception")
@@ -289,7 +316,7 @@ class Plan:
             if state == "broken":
                 return ("busy", (robot, t.put.name, self.arg(t.put, t.trash))) if here else ("unsure", None)
             return "busy", (robot, t.put.name, self.arg(t.put, t.tray if here else t.table))
-        waiting = [i for i in reception if i not in tray and i not in trashed and i not in stored]
+        waiting = [i for i in reception if i not in tray and i not in trashed and i not in stored and i not in lost]
         if waiting:
             if not here:
                 return "busy", (robot, t.move.name, self.arg(t.move, self.home))
@@ -304,6 +331,17 @@ class Plan:
                 return "busy", (robot, t.move.name, self.arg(t.move, spot))
             return "busy", (robot, t.pick.name, self.arg(t.pick, item))
         return "done", None
+
+    def pick_again(self, robot: str, held: str | None, at: str | None) -> Call | None:
+        """The product the replay says is held but a put let fall: picked again where it fell."""
+        missed = (self.notes.get("missed") or {}).get(held) if held else None
+        if missed is None:
+            return None
+        start = self.home if robot == self.keeper else None  # where a robot is before its first move
+        place = missed["at"] or start
+        if place is not None and (at or start) != place:
+            return robot, self.tools.move.name, self.arg(self.tools.move, place)
+        return robot, self.tools.pick.name, self.arg(self.tools.pick, held)  # type: ignore[arg-type]
 
     # -- deliveries -------------------------------------------------------------------------
 
@@ -331,6 +369,11 @@ class Plan:
             elif call["name"] == t.label.name:
                 labelled.add((call.get("arguments") or {}).get(order_param))
                 dropped = False
+        lost = self.notes.get("lost", {})
+        if held in lost:
+            held = None
+        if (pick := self.pick_again(robot, held, at)) is not None:
+            return "busy", pick
         pending = [d for d in deliveries if d.order not in labelled]
         if not pending:
             return "done", None
@@ -363,7 +406,7 @@ class Plan:
             if at != spot:
                 return "busy", (robot, t.move.name, self.arg(t.move, spot))
             # never a returned product: taking one back off its storage table undoes the return
-            avoid = set(self.notes.get("reception") or []) | set(in_box) | \
+            avoid = set(self.notes.get("reception") or []) | set(in_box) | set(lost) | \
                 {self.value(c) for c in self.failed if c["name"] == t.pick.name}
             seen = self.notes.get("seen", {}).get(f"{robot}@{spot}")
             known = seen if seen is not None else self.instances
@@ -581,6 +624,13 @@ def count_answer(situation: Situation, state: TaskState, notes: Mapping[str, Any
                                               target_robot_name=mover)])
 
 
+def lost_said(lost: Mapping[str, str]) -> str:
+    """The answer when the rest is done but products fell out of reach beside where they were put."""
+    into = sorted(set(lost.values()))
+    return (f"Sorry, I cannot finish: {listed(sorted(lost))} fell beside the {listed(into)} and "
+            f"{'is' if len(lost) == 1 else 'are'} out of every robot's reach.")
+
+
 class ReturnsSkill:
     """Returns sorted at a reception and deliveries packed from storage, for a team of robots."""
 
@@ -601,6 +651,10 @@ class ReturnsSkill:
         if step is None:
             return None
         if step == "done":
+            # a delivery's product that fell was replaced by another of its kind: only returns are missing
+            returned = set(notes.get("reception") or ())
+            if lost := {p: into for p, into in (notes.get("lost") or {}).items() if p in returned}:
+                return AgentDecision(say=lost_said(lost))
             from .magma import completion_message  # the policy's own wording; imported late (cycle)
             return AgentDecision(say=completion_message(state))
         decision = AgentDecision(tool_calls=[ToolCall(name=name, arguments=arguments, target_robot_name=robot)
@@ -611,4 +665,4 @@ class ReturnsSkill:
 
 
 __all__ = ["Delivery", "Layout", "ReturnTools", "ReturnsSkill", "count_answer", "delivery_answer", "layout",
-           "next_calls", "read_deliveries", "return_tools"]
+           "lost_said", "next_calls", "read_deliveries", "return_tools"]
