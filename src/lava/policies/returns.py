@@ -294,10 +294,8 @@ class Plan:
                 elif value == t.table and at not in (None, self.home):
                     stored.add(held)
                 held = None
-        lost = self.notes.get("lost", {})
-        if held in lost:
-            held = None
-        if (pick := self.pick_again(robot, held, at)) is not None:
+        held, pick = self.fallen(robot, held, at)
+        if pick is not None:
             return "busy", pick
         here = at in (None, self.home)  # it starts at the reception
         seen = self.notes.get("seen", {}).get(f"{robot}@{'' if at is None else at}") if here else None
@@ -316,7 +314,8 @@ class Plan:
             if state == "broken":
                 return ("busy", (robot, t.put.name, self.arg(t.put, t.trash))) if here else ("unsure", None)
             return "busy", (robot, t.put.name, self.arg(t.put, t.tray if here else t.table))
-        waiting = [i for i in reception if i not in tray and i not in trashed and i not in stored and i not in lost]
+        handled = {*tray, *trashed, *stored, *self.lost}
+        waiting = [i for i in reception if i not in handled]
         if waiting:
             if not here:
                 return "busy", (robot, t.move.name, self.arg(t.move, self.home))
@@ -332,16 +331,23 @@ class Plan:
             return "busy", (robot, t.pick.name, self.arg(t.pick, item))
         return "done", None
 
-    def pick_again(self, robot: str, held: str | None, at: str | None) -> Call | None:
-        """The product the replay says is held but a put let fall: picked again where it fell."""
+    @property
+    def lost(self) -> Mapping[str, str]:
+        return self.notes.get("lost") or {}
+
+    def fallen(self, robot: str, held: str | None, at: str | None) -> tuple[str | None, Call | None]:
+        """The product the replay says is held, unless a put let it fall: then the call that picks it
+        again where it fell, or no product when it fell out of reach."""
+        if held in self.lost:
+            return None, None
         missed = (self.notes.get("missed") or {}).get(held) if held else None
         if missed is None:
-            return None
+            return held, None
         start = self.home if robot == self.keeper else None  # where a robot is before its first move
         place = missed["at"] or start
         if place is not None and (at or start) != place:
-            return robot, self.tools.move.name, self.arg(self.tools.move, place)
-        return robot, self.tools.pick.name, self.arg(self.tools.pick, held)  # type: ignore[arg-type]
+            return held, (robot, self.tools.move.name, self.arg(self.tools.move, place))
+        return held, (robot, self.tools.pick.name, self.arg(self.tools.pick, held))  # type: ignore[arg-type]
 
     # -- deliveries -------------------------------------------------------------------------
 
@@ -369,10 +375,8 @@ class Plan:
             elif call["name"] == t.label.name:
                 labelled.add((call.get("arguments") or {}).get(order_param))
                 dropped = False
-        lost = self.notes.get("lost", {})
-        if held in lost:
-            held = None
-        if (pick := self.pick_again(robot, held, at)) is not None:
+        held, pick = self.fallen(robot, held, at)
+        if pick is not None:
             return "busy", pick
         pending = [d for d in deliveries if d.order not in labelled]
         if not pending:
@@ -406,7 +410,7 @@ class Plan:
             if at != spot:
                 return "busy", (robot, t.move.name, self.arg(t.move, spot))
             # never a returned product: taking one back off its storage table undoes the return
-            avoid = set(self.notes.get("reception") or []) | set(in_box) | set(lost) | \
+            avoid = set(self.notes.get("reception") or []) | set(in_box) | set(self.lost) | \
                 {self.value(c) for c in self.failed if c["name"] == t.pick.name}
             seen = self.notes.get("seen", {}).get(f"{robot}@{spot}")
             known = seen if seen is not None else self.instances
