@@ -108,6 +108,16 @@ def test_a_temporary_failure_is_retried_and_a_refused_take_makes_it_look_again()
     assert world.placed(CROSS_GOAL) == 7 and said[-1].startswith("Done")
 
 
+def test_a_put_that_did_not_let_go_of_the_cube_is_made_again() -> None:
+    # MAGMA's put verifiers answer "The object is still in the gripper" when the gripper did not
+    # release: nothing changed, so the same put again (lava looked, then took the model's word).
+    world = CubeWorld(CROSS_START, ["red", "white"], failing={3: "The object is still in the gripper"})
+    said, asked = episode(world, cross_stages(world), rules=[])
+    assert not asked
+    assert world.calls[2] == world.calls[3] == "send_to_target(destination=red_tray)"
+    assert world.placed(CROSS_GOAL) == 7 and said[-1].startswith("Done")
+
+
 def test_sorting_by_color_counts_an_empty_tray_the_report_leaves_out() -> None:
     # The white tray is empty, so the report never names it: the task's tray colors do.
     world = CubeWorld({"red_tray": {"red": 1, "white": 2}, "white_tray": {}, "table": {"red": 2}},

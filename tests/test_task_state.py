@@ -142,6 +142,9 @@ def test_an_interrupted_request_is_digested_once_when_it_is_left_for_good() -> N
     ("Failed to press the sw1 button. You can retry.", True),  # MAGMA's tools, on their own
     ("you failed to take the object book_1. you can retry", True),
     ("ref_obj_1 is not in area2, you can retry", True),
+    ("The object is still in the gripper", True),  # a put that did not let go: the same put again
+    ("snacks_3 is still in the gripper.", True),
+    ("snacks_3 is not in trashcan.", False),  # it let go, beside the target
     ("Failed to grasp: mango_1. The object is unreachable right now.", False),  # try another one
     ("priority_bay_1 is not accessible to reception_robot.", False),
 ])
