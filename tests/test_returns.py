@@ -660,3 +660,29 @@ def test_a_product_that_fell_out_of_reach_is_named_once_the_rest_is_done() -> No
     assert "textile_1" in world.tables["textile_spot"] and world.trash == []
     assert answer == "Sorry, I cannot finish: hygiene_0 fell beside the trashcan and is out of every robot's reach."
     assert world.calls.count("reception_robot.pick(hygiene_0)") == 2
+
+
+ALL_KINDS = ("Prepare these two deliveries: delivery AD-001 for Alice Martin in Paris, using standard service, "
+             "containing 1 snacks product and 1 drinks product and delivery AD-002 for Sofia Bernard in Bordeaux, "
+             "using priority service, containing 2 textile products and 1 drinks product. There is now another "
+             "delivery to prepare as well: delivery AD-003 for Nadia Petit in Toulouse, using standard service, "
+             "containing 1 electronics product and 2 hygiene products.")
+
+
+def test_a_robot_in_the_way_steps_aside_when_every_bay_and_every_kind_is_spoken_for() -> None:
+    # Held-out AdvancedDeliveryDefinition@31: three deliveries want all five kinds and use both services,
+    # so no bay and no spot was left to send preparation_robot_b to, and the model took over. It goes
+    # where the work is needed later (and steps aside again then), or to a kind no pending delivery
+    # wants. A product an earlier package took is not picked again (drinks_1 was, refused).
+    storage = ["electronics_0", "electronics_1", "drinks_1", "drinks_2", "drinks_3", "snacks_0", "snacks_1",
+               "hygiene_0", "hygiene_1", "hygiene_2", "textile_0", "textile_1", "textile_2"]
+    world = Depot([], storage, [])
+    world.at["preparation_robot_b"] = "drinks_spot"
+    answer, _ = episode(world, ALL_KINDS, lambda w: len(w.labels), budget=20, max_turns=60)
+    assert answer.startswith("Done.")
+    assert [label[0] for label in world.labels] == ["AD-001", "AD-002", "AD-003"]
+    assert sorted(world.dropped[world.labels[1][3]]) == ["drinks_2", "textile_0", "textile_1"]
+    assert [c for c in world.calls if c.startswith("preparation_robot_b.")] == [
+        "preparation_robot_b.move_to(textile_spot)", "preparation_robot_b.move_to(snacks_spot)"]
+    picks = [c for c in world.calls if ".pick(" in c]
+    assert len(picks) == len(set(picks)) == 8, picks

