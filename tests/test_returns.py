@@ -686,3 +686,55 @@ def test_a_robot_in_the_way_steps_aside_when_every_bay_and_every_kind_is_spoken_
         "preparation_robot_b.move_to(textile_spot)", "preparation_robot_b.move_to(snacks_spot)"]
     picks = [c for c in world.calls if ".pick(" in c]
     assert len(picks) == len(set(picks)) == 8, picks
+
+
+class ShadowedBays(Depot):
+    """MAGMA's advanced_delivery bays as held-out AdvancedDelivery@31 met them: move_to checks the
+    gripper's reach, so from standard_bay_0 it says priority_bay_0 is reached without moving, and
+    take_package hands over the package of the bay the robot stands at. A dropped, labelled package
+    taken again leaves its products on the output table and keeps its label; dropped back there, it
+    holds them again."""
+
+    SHADOWED: ClassVar[set[tuple[str, str]]] = {("standard_bay_0", "priority_bay_0")}
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.left: dict[str, list[str]] = {}
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        at = self.at[robot]
+        if name == "move_to" and (at, args["target"]) in self.SHADOWED:
+            self.calls.append(f"{robot}.move_to({args['target']})")
+            return True, f"{robot} is at {args['target']}."
+        if name == "take_package" and at in self.dropped and self.box[robot] is None:
+            self.calls.append(f"{robot}.take_package()")
+            self.left[at], self.box[robot] = self.dropped.pop(at), []
+            return True, f"{robot} took {at.replace('_bay', '')}."
+        if name == "drop_package" and at in self.left and self.box[robot] is not None:
+            self.calls.append(f"{robot}.drop_package()")
+            self.dropped[at], self.box[robot] = self.left.pop(at) + self.box[robot], None
+            return True, f"{robot} dropped {at.replace('_bay', '')} on output position 2."
+        return super().run(robot, name, args)
+
+
+TWO_SERVICES = ("Prepare these two deliveries: delivery AD-001 for Alice Martin in Paris, using standard service, "
+                "containing 1 snacks product and 1 drinks product and delivery AD-002 for Sofia Bernard in Bordeaux, "
+                "using priority service, containing 2 textile products and 1 drinks product.")
+
+
+def test_a_package_handed_over_at_a_bay_the_robot_never_left_goes_back_and_another_bay_is_used() -> None:
+    # Held-out AdvancedDelivery@31, twice: "preparation_robot_a is at priority_bay_0." then "took
+    # standard_0", AD-001's labelled package; lava filled it for AD-002 and could drop it nowhere.
+    storage = ["drinks_1", "drinks_2", "snacks_0", "textile_0", "textile_1", "textile_2"]
+    world = ShadowedBays([], storage, [])
+    world.at["preparation_robot_b"] = "hygiene_spot"
+    answer, _ = episode(world, TWO_SERVICES, lambda w: len(w.labels), budget=20, max_turns=40)
+    assert answer.startswith("Done.")
+    assert world.labels == [("AD-001", "Alice Martin", "Paris", "standard_bay_0"),
+                            ("AD-002", "Sofia Bernard", "Bordeaux", "priority_bay_1")]
+    assert sorted(world.dropped["standard_bay_0"]) == ["drinks_1", "snacks_0"]
+    assert sorted(world.dropped["priority_bay_1"]) == ["drinks_2", "textile_0", "textile_1"]
+    slip = world.calls.index("preparation_robot_a.move_to(priority_bay_0)")
+    assert world.calls[slip:slip + 4] == ["preparation_robot_a.move_to(priority_bay_0)",
+                                          "preparation_robot_a.take_package()", "preparation_robot_a.drop_package()",
+                                          "preparation_robot_a.move_to(priority_bay_1)"]

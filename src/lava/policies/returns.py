@@ -47,6 +47,7 @@ _OCCUPIED = re.compile(r"(?P<target>\S+) is already occupied by (?P<who>\S+?)\.?
 # A put that let go of the product but saw it land outside the target (MAGMA's placement check:
 # "snacks_3 is not in trashcan.", more than 15 cm from the trashcan's centre).
 _MISSED = re.compile(r"^(?P<product>\S+) is not in (?P<target>\S+?)\.?$", re.I)
+_TOOK = re.compile(r"\btook\s+(?P<package>[\w-]+?)\.?$", re.I)
 
 
 def _parts(name: str) -> set[str]:
@@ -217,6 +218,30 @@ def note_feedback(situation: Situation, state: TaskState, notes: dict[str, Any],
             for target in [t for t, who in blocked.items() if who == result.robot or t == at]:
                 del blocked[target]
     note_misses(situation, state, notes, tools)
+    note_astray(situation, state, notes, tools)
+
+
+def note_astray(situation: Situation, state: TaskState, notes: dict[str, Any], tools: ReturnTools) -> None:
+    """A package taken at a bay other than the one the robot was sent to ("took standard_0" after
+    "preparation_robot_a is at priority_bay_0."): the move never happened. MAGMA's move_to checks the
+    gripper's distance to the bay, and from standard_bay_0 it reaches priority_bay_0's; take_package
+    goes by the robot's base and hands back the package of the bay it stands at, here one already
+    labelled. Noted with which take it was (the robot's n-th), where the robot is and where it is not."""
+    if tools.take_box is None:
+        return
+    found = layout(situation)
+    targets = found.targets if found is not None else []
+    for result in read_results(situation.feedback):  # type: ignore[arg-type]
+        if result.tool != tools.take_box.name or not result.ok or not (match := _TOOK.search(result.message)):
+            continue
+        named = _parts(match["package"])
+        real = [t for t in targets if _parts(t) & {"bay", "output"} and named <= _parts(t)]
+        sent = _where(state.episode_calls, result.robot, tools.move.name)
+        if len(real) == 1 and sent is not None and real[0] != sent:
+            takes = sum(c.get("robot") == result.robot and c["name"] == tools.take_box.name
+                        for c in state.episode_calls)
+            notes.setdefault("astray", []).append({"robot": result.robot, "take": takes, "at": real[0],
+                                                   "not": sent})
 
 
 def note_misses(situation: Situation, state: TaskState, notes: dict[str, Any], tools: ReturnTools) -> None:
@@ -357,12 +382,21 @@ class Plan:
             return "unsure", None
         at, has_box, held, in_box, dropped = None, False, None, [], False
         box_bay = None  # where the package in hand was taken: it goes back there
+        astray = [a for a in self.notes.get("astray") or () if a["robot"] == robot]
+        takes, returning = 0, False  # returning: the package of a bay the robot never left is in hand
         for call in self.calls_of(robot):
             value = self.value(call)
             if call["name"] == t.move.name:
                 at = value
             elif call["name"] == t.take_box.name:
+                takes += 1
+                slip = next((a for a in astray if a["take"] == takes), None)
+                if slip is not None:
+                    at, returning = slip["at"], True
+                    continue
                 has_box, in_box, box_bay = True, [], at
+            elif call["name"] == t.drop_box.name and returning:
+                returning = False  # put back where it was, under the products it left there
             elif call["name"] == t.pick.name:
                 held = value
             elif call["name"] == t.put.name and held:
@@ -372,6 +406,8 @@ class Plan:
                 has_box, dropped = False, True
             elif call["name"] == t.label.name:
                 dropped = False
+        if returning:
+            return "busy", (robot, t.drop_box.name, {})
         held, pick = self.fallen(robot, held, at)
         if pick is not None:
             return "busy", pick
@@ -386,7 +422,10 @@ class Plan:
             # A bay's package, dropped there and labelled, is a finished delivery: taking it again
             # would carry it off and leave its products behind (AdvancedDeliveryDefinition@6).
             refused |= self.spent_bays()
-        bay = box_bay if has_box and box_bay in bays else next((b for b in bays if b not in refused), None)
+        # a bay a move said it reached but never did is avoided while another will do
+        avoided = refused | {a["not"] for a in astray}
+        bay = box_bay if has_box and box_bay in bays else next((b for b in bays if b not in avoided), None) or \
+            next((b for b in bays if b not in refused), None)
         if bay is None:
             return "unsure", None
         if dropped:
