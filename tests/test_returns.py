@@ -17,9 +17,11 @@ from lava.backends.base import GenerationRequest
 from lava.backends.scripted import FunctionBackend
 from lava.engine import Engine
 from lava.policies.magma import MagmaPolicy
-from lava.policies.returns import delivery_answer, read_deliveries, return_tools
+from lava.policies.returns import ReturnsSkill, delivery_answer, read_deliveries, return_tools
+from lava.policies.task_state import TaskState
 from lava.protocol import AgentRequest
 from lava.settings import Settings
+from lava.situation import Situation
 from lava.tools import ToolBox
 
 TYPES = ["electronics", "drinks", "snacks", "hygiene", "textile"]
@@ -738,3 +740,16 @@ def test_a_package_handed_over_at_a_bay_the_robot_never_left_goes_back_and_anoth
     assert world.calls[slip:slip + 4] == ["preparation_robot_a.move_to(priority_bay_0)",
                                           "preparation_robot_a.take_package()", "preparation_robot_a.drop_package()",
                                           "preparation_robot_a.move_to(priority_bay_1)"]
+
+
+def test_what_calls_did_against_their_results_outlives_the_request() -> None:
+    entry = user_input("There is now another delivery to prepare as well.", tools=tools(),
+                       attributes={"known_robots": ROBOTS, "product_types": TYPES, "move_targets": TARGETS})
+    situation = Situation.read(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]}).inputs[0])
+    notes = {"request": "Prepare these two deliveries: ...", "seen": {"preparation_robot_a@drinks_spot": ["drinks_1"]},
+             "astray": [{"robot": "preparation_robot_a", "take": 2, "at": "standard_bay_0", "not": "priority_bay_0"}],
+             "missed": {"snacks_3": {"at": "", "into": "trashcan"}}, "lost": {"textile_1": "tray"}}
+    ReturnsSkill().observe(situation, TaskState(intent="act", request="There is now another delivery."), notes)
+    assert notes["request"] == "There is now another delivery." and "seen" not in notes
+    assert notes["astray"][0]["at"] == "standard_bay_0"
+    assert "snacks_3" in notes["missed"] and "textile_1" in notes["lost"]

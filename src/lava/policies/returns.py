@@ -698,6 +698,9 @@ def lost_said(lost: Mapping[str, str]) -> str:
             f"{'is' if len(lost) == 1 else 'are'} out of every robot's reach.")
 
 
+_WORLD_NOTES = ("astray", "missed", "lost")
+
+
 class ReturnsSkill:
     """Returns sorted at a reception and deliveries packed from storage, for a team of robots."""
 
@@ -705,8 +708,11 @@ class ReturnsSkill:
 
     def observe(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> None:
         if notes.get("request") != state.request:
+            # What calls did that their results contradict stays true of the world, and the replay of
+            # the calls, across requests, needs it: a take at a bay never reached, a product let fall.
+            kept = {key: notes[key] for key in _WORLD_NOTES if key in notes}
             notes.clear()
-            notes["request"] = state.request
+            notes.update(kept, request=state.request)
         tools = return_tools(situation.toolbox)
         if tools is not None:
             note_feedback(situation, state, notes, tools)
