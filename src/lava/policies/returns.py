@@ -229,13 +229,12 @@ def note_astray(situation: Situation, state: TaskState, notes: dict[str, Any], t
     labelled. Noted with which take it was (the robot's n-th), where the robot is and where it is not."""
     if tools.take_box is None:
         return
-    found = layout(situation)
-    targets = found.targets if found is not None else []
     for result in read_results(situation.feedback):  # type: ignore[arg-type]
         if result.tool != tools.take_box.name or not result.ok or not (match := _TOOK.search(result.message)):
             continue
+        found = layout(situation)  # only when a take names its package, not at every feedback
         named = _parts(match["package"])
-        real = [t for t in targets if _parts(t) & {"bay", "output"} and named <= _parts(t)]
+        real = [t for t in (found.targets if found else ()) if _parts(t) & {"bay", "output"} and named <= _parts(t)]
         sent = _where(state.episode_calls, result.robot, tools.move.name)
         if len(real) == 1 and sent is not None and real[0] != sent:
             takes = sum(c.get("robot") == result.robot and c["name"] == tools.take_box.name

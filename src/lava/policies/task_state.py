@@ -38,9 +38,8 @@ _RESULT = re.compile(r"^\s*(?P<robot>[^:]+?):\s*(?P<tool>\S+)\s+(?P<status>succe
                      r"(?P<message>.*)$", re.IGNORECASE)
 # MAGMA's failures that ask for the same call again: an injected one ("The requested action failed due
 # to a temporary execution error. Please retry.") and the tools' own ("Failed to press the sw1 button.
-# You can retry.", "ref_obj_1 is not in area2, you can retry"). Nothing was wrong with the call.
-# A failure that asks for the call again, or a put whose object stayed in the gripper ("The object is
-# still in the gripper", "snacks_3 is still in the gripper."): the world is as before the call.
+# You can retry.", "ref_obj_1 is not in area2, you can retry"). Nothing was wrong with the call. So
+# too a put whose object stayed in the gripper ("The object is still in the gripper"): nothing changed.
 _RETRY = re.compile(r"\b(?:please|you can)\s+retry\b|\bstill in the gripper\b", re.IGNORECASE)
 _UNGRASPABLE = re.compile(r"\bfailed to grasp\b|\bunreachable right now\b|\bimpossible to take\b", re.IGNORECASE)
 _TIMES = {"once": 1, "twice": 2, "thrice": 3, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3,
