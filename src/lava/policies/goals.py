@@ -459,6 +459,7 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
 
     for rule in rules:
         this_rule: set[frozenset[str]] = set()
+        rest_named = False  # the rule says itself where the other categories go
         named_here: set[str] = set()  # "ref_obj_3 is Rare, and every other object is B": B is all but these
         # MAGMA's plural forms: "ref_obj_1 and ref_obj_2 are Fragile", "Fragile, Product A, and Rare go to
         # area3": the subjects before the one the verb follows, split off by the parts' own separators.
@@ -470,10 +471,10 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
             named, places = _named(part, objects), _named(part, areas)
             if len(places) == 1 and not named:
                 if _EVERY_CATEGORY.search(part):
-                    others, routes = places[0], {}
+                    others, routes, rest_named = places[0], {}, True
                 elif _OTHERS.search(part):
                     # "... and every other category goes to area4" replaces the older routes.
-                    others = places[0]
+                    others, rest_named = places[0], True
                     routes = {cat: area for cat, area in routes.items() if cat in this_rule}
                 elif (route := _CATEGORY_ROUTE.match(part)) is not None:
                     for cat in [*categories, *_route_categories(route["cat"], known())]:
@@ -500,6 +501,13 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                 # MAGMA's "one vs the rest" assignment: every object this rule does not name, whatever
                 # an older rule said of it.
                 member.update({o: cat for o in objects if o not in named_here})
+        held = set(member.values())
+        if held and this_rule >= held and not rest_named and len(targets := {routes[c] for c in this_rule}) == 1:
+            # MAGMA's GiveCategoryAssignmentRequest: a rule that sends every category the objects have
+            # to one area makes it the default of every category, named later ones too (its
+            # RelationDefaultConstraint): "Dangerous Category goes to area5", said while ref_obj_2's
+            # was the only one, sends a later Category 2 there as well.
+            others, routes = targets.pop(), {cat: routes[cat] for cat in this_rule}
     return member, routes, others
 
 
