@@ -1108,6 +1108,28 @@ def test_a_category_route_given_to_every_category_then_known_is_the_default_of_l
     assert read_categories([*kinds, "New rule: Rare and Fragile go to area4."], OBJECTS, areas)[2] == "area4"
 
 
+def test_categories_that_differ_only_by_a_number_are_different_categories() -> None:
+    # MAGMA's SortingCategoryDefinition@125 (compiled offline): "Type 05" and "Type J5" read as the same
+    # category "type" (numbers were dropped), so the cycle for Type J5 took ref_obj_2, a Type 05 object,
+    # to Type 05's area, where MAGMA asks where Type J5 goes.
+    rules = ["Please remember that ref_obj_2 is Type 05, ref_obj_1 is Category 1, ref_obj_3 is Type J5.",
+             "New rule: Type 05 goes to area1, Category 1 goes to area3."]
+    world = Warehouse(5)
+    said, asked = episode(world, [
+        *(Stage(rule) for rule in rules),
+        Stage("Launch a cycle for all objects from category Type J5."),
+        Stage("For this cycle, consider that category Type J5 goes to area1.", sorted_into({"ref_obj_3": "area1"}, 1),
+              budget=4),
+        Stage(None, answer=True),
+    ], WAREHOUSE_RULES)
+    assert said[2].startswith("Which area") and "Type J5" in said[2] and "Type 05" not in said[2]
+    assert world.calls == ["grab_object(ref_obj_3)", "place_object_in_area(area1)"]
+    areas = [f"area{i}" for i in range(1, 6)]
+    member, _, _ = read_categories(["Hello, ref_obj_1 is Type 98, ref_obj_2 is Type 05, ref_obj_3 is Type J5."],
+                                   OBJECTS, areas)
+    assert len(set(member.values())) == 3 and not asked
+
+
 def test_set_the_table_follows_the_rule_that_says_what_setting_it_means() -> None:
     # Held-out table_cleaning SimpleDefinition@20: after "From now on, when I ask you to set the table,
     # put 1 mango and 1 orange on it.", "Set the table." named no items, so the model chose, and it

@@ -438,9 +438,10 @@ _OTHERS = re.compile(r"\b(?:every|all|any)\s+other\b|\bthe\s+(?:other|rest)\b", 
 _EVERY_CATEGORY = re.compile(r"\b(?:all|every|each)\s+(?:the\s+)?(?:categor(?:y|ies)|groups?)\b", re.IGNORECASE)
 
 def _category(phrase: str) -> frozenset[str]:
-    """A category's words ("Group B" -> {group, b}; "drinks" -> {drink}), without the generic ones."""
+    """A category's words ("Group B" -> {group, b}; "drinks" -> {drink}; "Type 98" -> {type, 98}), without
+    the generic ones. Numbers stay: they are all that tells "Type 98" from "Type 05"."""
     found = frozenset(w for w in re.findall(r"[a-z0-9]+", phrase.lower()))
-    plain = frozenset(words(phrase)) | frozenset(w for w in found if len(w) == 1)
+    plain = frozenset(words(phrase)) | frozenset(w for w in found if len(w) == 1 or w.isdigit())
     return plain - {"category", "object", "every", "other", "all", "the", "from", "now", "on"} or plain
 
 
