@@ -1130,6 +1130,24 @@ def test_categories_that_differ_only_by_a_number_are_different_categories() -> N
     assert len(set(member.values())) == 3 and not asked
 
 
+def test_a_cycle_for_two_categories_asks_about_the_one_without_an_area_before_moving_the_other() -> None:
+    # MAGMA's SortingCategoryDefinition@158 (compiled offline): Product B had an area and Group C none;
+    # lava sent Product B's object and left Group C's out, where MAGMA asks about Group C first
+    # (MissingInformationStage) and then wants both categories' objects sorted.
+    rules = ["Hello, ref_obj_1 is Group C, ref_obj_2 is Product B.", "Please remember that Product B goes to area1."]
+    world = Warehouse(5)
+    wanted = {"ref_obj_1": "area2", "ref_obj_2": "area1"}
+    said, asked = episode(world, [
+        *(Stage(rule) for rule in rules),
+        Stage("Launch a cycle for all objects from categories Group C and Product B."),
+        Stage("For this cycle, consider that category Group C goes to area2.", sorted_into(wanted, 1), budget=4),
+        Stage(None, sorted_into(wanted, 2), budget=4),
+        Stage(None, answer=True),
+    ], WAREHOUSE_RULES)
+    assert said[2] == "Which area should category Group C (ref_obj_1) go to? I have no target area for it."
+    assert world.where == wanted and said[-1].startswith("Done") and not asked
+
+
 def test_set_the_table_follows_the_rule_that_says_what_setting_it_means() -> None:
     # Held-out table_cleaning SimpleDefinition@20: after "From now on, when I ask you to set the table,
     # put 1 mango and 1 orange on it.", "Set the table." named no items, so the model chose, and it

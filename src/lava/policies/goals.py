@@ -677,8 +677,9 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
         if thing not in asked and cat in request_routes:
             asked[thing] = request_routes[cat]
     known = set(member.values()) | set(routes)
-    implicit = True  # "all objects", a category, "your memory": the objects lava knows an area for
-    if (cats := _categories_asked(request, known)) and not _named(request, objects):
+    implicit = True  # not named one by one: "all objects", a category, "your memory"
+    by_category = bool(cats := _categories_asked(request, known)) and not _named(request, objects)
+    if by_category:
         wanted = [o for cat in cats for o in objects if member.get(o) == cat]
     elif _ALL.search(request):
         wanted = list(objects)
@@ -691,7 +692,10 @@ def read_cycle(request: str, rules: Sequence[str], objects: Sequence[str], areas
     fallback = next((m["area"] for text in [request, *reversed(rules)] if (m := _FALLBACK.search(text))
                      and m["area"] in areas), "")
     area = {thing: asked[thing] if thing in asked else default.get(thing) or fallback for thing in wanted}
-    if implicit and any(area.values()):
+    if implicit and not by_category and any(area.values()):
+        # A category with no area is asked about, as MAGMA's CycleByCategoriesRequest does, before any
+        # of the cycle: the answer ("For this cycle, consider that category Group C goes to area2")
+        # completes it, and its stages count every object of every category named.
         wanted = [o for o in wanted if area[o] != ""]
     scope = next((m["area"] for rule in reversed(rules) if (m := _SCOPE.search(rule)) and m["area"] in areas), None)
     if implicit and scope is not None:
