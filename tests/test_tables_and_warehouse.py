@@ -103,6 +103,27 @@ class Warehouse:
         return False, f"{name} is not a known tool."
 
 
+class KnownAreas(Warehouse):
+    """A warehouse whose known areas its location tools change, in the attributes too (MAGMA's
+    remove_location and add_new_location log the change, and the next request carries it)."""
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        if name not in ("remove_location", "add_new_location"):
+            return super().run(name, arguments)
+        area = arguments["location_name"]
+        self.calls.append(f"{name}({area})")
+        if name == "remove_location":
+            if area not in self.areas:
+                return False, f"{area} does not exist! Only existing area can be deleted."
+            self.areas.remove(area)
+        elif area in self.areas:
+            return False, f"{area} already exist! If you want to create a new area, please choose a non-existing name."
+        else:
+            self.areas.append(area)
+        self.attributes["target_areas"] = list(self.areas)
+        return True, f"{area} was {'removed from' if name == 'remove_location' else 'added to'} known areas"
+
+
 def sorted_into(assignment: dict[str, str | None], minimum: int) -> Callable[[Warehouse], bool]:
     """ObjectToZone's goals: at least `minimum` objects in their area, none in another known area
     (an object assigned to no known area must be in none)."""
@@ -1146,6 +1167,27 @@ def test_a_cycle_for_two_categories_asks_about_the_one_without_an_area_before_mo
     ], WAREHOUSE_RULES)
     assert said[2] == "Which area should category Group C (ref_obj_1) go to? I have no target area for it."
     assert world.where == wanted and said[-1].startswith("Done") and not asked
+
+
+def test_areas_named_by_a_request_are_read_once_removed_and_beside_the_last_one_left() -> None:
+    # MAGMA's SortingCategoryDefinition@139 (compiled offline): once "remove area3 and area4" had left
+    # area2 alone, neither the removed areas nor "add area3" were read as this request's values (they
+    # were looked for among the known areas, or as a new one of a family of at least two), and the
+    # model was asked to finish.
+    world = KnownAreas(5)
+    said, asked = episode(world, [
+        Stage("Please remove area5 and area1 from your knowledge base.", lambda w: "area5" not in w.areas, budget=1),
+        Stage(None, lambda w: "area1" not in w.areas, budget=1),
+        Stage(None, answer=True),
+        Stage("Please remove area3 and area4 from your knowledge base.", lambda w: "area3" not in w.areas, budget=1),
+        Stage(None, lambda w: "area4" not in w.areas, budget=1),
+        Stage(None, answer=True),
+        Stage("Please add area3 to your known areas", lambda w: "area3" in w.areas, budget=1),
+        Stage(None, answer=True),
+    ], WAREHOUSE_RULES)
+    assert world.calls == ["remove_location(area5)", "remove_location(area1)", "remove_location(area3)",
+                           "remove_location(area4)", "add_new_location(area3)"]
+    assert all(s.startswith("Done") for s in said) and world.areas == ["area2", "area3"] and not asked
 
 
 def test_set_the_table_follows_the_rule_that_says_what_setting_it_means() -> None:

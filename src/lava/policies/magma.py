@@ -366,8 +366,12 @@ class MagmaPolicy(Policy):
         param = tools[0].params[0]
         places = _LOCATION.search(f"{param.name} {param.description}") is not None
         pool = location_values(situation.attributes) if places else object_values(situation.attributes)
+        # What this request's calls already removed is no longer in the attributes, and is still named.
+        pool = [*pool, *(v for c in state.done_calls if c["name"] == tools[0].name
+                         for v in c.get("arguments", {}).values() if isinstance(v, str) and v not in pool)]
         values = list(dict.fromkeys(mentioned(state.request, pool)))
-        if (family := numbered_family(pool)) is not None:  # a new one of the family: area4 beside area1..3
+        # A new one of the family: area4 beside area1..3, or beside area2 alone once the others were removed.
+        if (family := numbered_family(pool, minimum=1)) is not None:
             values += [v for v in re.findall(rf"\b{re.escape(family[0])}[_-]?\d+\b", state.request, re.I)
                        if v not in values]
         values = values or re.findall(r"\b(?:called|named)\s+([A-Za-z][\w-]*)", state.request)

@@ -416,8 +416,9 @@ _NUMBERED_NAME = re.compile(r"^(?P<prefix>[A-Za-z]+?)[_-]?(?P<number>\d+)$")
 _NUMBER = rf"(?:{STATED}|zero)"  # sw0 is "button zero"
 
 
-def numbered_family(names: Iterable[str]) -> tuple[str, dict[int, str]] | None:
-    """Names that differ only by their number (sw0 .. sw4): their prefix and number -> name."""
+def numbered_family(names: Iterable[str], minimum: int = 2) -> tuple[str, dict[int, str]] | None:
+    """Names that differ only by their number (sw0 .. sw4), at least `minimum` of them: their prefix
+    and number -> name."""
     prefix, family = None, {}
     for name in names:
         match = _NUMBERED_NAME.match(name)
@@ -425,7 +426,7 @@ def numbered_family(names: Iterable[str]) -> tuple[str, dict[int, str]] | None:
             return None
         prefix = match["prefix"].lower()
         family[int(match["number"])] = name
-    return (prefix, family) if prefix is not None and len(family) > 1 else None
+    return (prefix, family) if prefix is not None and len(family) >= minimum else None
 
 
 def numbers_as_names(text: str, names: Iterable[str], nouns: Iterable[str]) -> str:
