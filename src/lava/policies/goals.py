@@ -502,8 +502,8 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                 # MAGMA's "one vs the rest" assignment: every object this rule does not name, whatever
                 # an older rule said of it.
                 member.update({o: cat for o in objects if o not in named_here})
-        held = set(member.values())
-        if held and this_rule >= held and not rest_named and len(targets := {routes[c] for c in this_rule}) == 1:
+        of_objects, targets = set(member.values()), {routes[cat] for cat in this_rule}
+        if of_objects and this_rule >= of_objects and not rest_named and len(targets) == 1:
             # MAGMA's GiveCategoryAssignmentRequest: a rule that sends every category the objects have
             # to one area makes it the default of every category, named later ones too (its
             # RelationDefaultConstraint): "Dangerous Category goes to area5", said while ref_obj_2's
