@@ -219,6 +219,22 @@ def test_everything_of_a_delivery_goes_to_the_hall_the_user_names() -> None:
     assert world.halls["Hall1"] == ["book_3", "pen_1"]  # the other reception hall's objects stay
 
 
+def test_a_robot_making_way_looks_into_the_reception_hall_the_goal_has_not_seen() -> None:
+    # MAGMA's hall_sorting MainDefinition@115 (compiled offline): "Sort all book objects into their
+    # assigned hall" with one book in Hall2; robot1 made way for it to Hall3 and, once book_1 was in
+    # Hall1 (the stage's goal), went to look into Hall4 for more books, where MAGMA's completion
+    # stage allows no move. Stepping aside into Hall4 is the look, made before the goal is met.
+    world = HallWorld({"Hall1": [], "Hall2": ["pen_1", "book_1", "package_2"], "Hall3": [],
+                       "Hall4": ["pen_2", "package_1", "backpack_1", "backpack_2"]})
+    attributes = with_reception("Hall2", "Hall4")
+    rule = "Current storage rules: backpack and book objects belong in Hall1, package and pen objects belong in Hall3."
+    spent, say = run_stages(world, "A delivery has arrived. Sort all book objects into their assigned hall.",
+                            {("Hall1", "book"): 1}, [(1, 12)], attributes=attributes, reset=False, then_answer=True,
+                            rules=[rule])
+    assert say.startswith("Done.") and world.halls["Hall1"] == ["book_1"] and spent[0] <= 8, world.calls
+    assert world.calls.index("robot1.move_to(Hall4)") < world.calls.index("robot2.drop_from_tray(book_1)")
+
+
 def test_a_robot_standing_in_the_target_hall_makes_way() -> None:
     # Held-out hall_sorting MainDefinition@1: robot1 idled in Hall1, where robot2 had to unload the
     # package (one robot per hall); robot2 wandered to Hall3 and the model took over until the budget ran out.

@@ -659,14 +659,17 @@ class Planner:
 
     def make_way(self, robot: str) -> tuple[int, str, str | None] | None:
         """A robot with nothing better to do, standing where another must unload: it moves aside
-        (one robot per hall), to a hall nobody stands in or is coming to, a known one first (no look
-        needed there)."""
+        (one robot per hall), to a hall nobody stands in or is coming to. A hall the goal still has
+        to look into comes first, so the step aside is also the look, made before the unloading
+        that may end MAGMA's stage (after it, its completion stage allows no move); else a known
+        one (no look needed there)."""
         blocked = self.wanted_but_blocked()
         if self.at.get(robot) not in blocked:
             return None
         taken = {h for h in self.at.values() if h} | blocked
         free = [h for h in self.halls if h not in taken]
-        free.sort(key=lambda h: (h not in self.known, self.halls.index(h)))
+        to_look = self.unexplored() if self.goal.assign or self.goal.sources else []
+        free.sort(key=lambda h: (h not in to_look, h not in self.known, self.halls.index(h)))
         return (3, "move", free[0]) if free else None
 
     def best(self) -> tuple[str, str, str | None] | None:
