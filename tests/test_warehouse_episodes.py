@@ -2,7 +2,8 @@
 definitions, many seeds; fixtures/extract_magma_stages.py says how they were made): the generator
 is the ground truth for what each rule means. Every cycle stage must end with MAGMA's assignment
 within its budget, every area change with the area changed, every question or refusal MAGMA
-wants in words, and no model call anywhere: all of it is read from the rules.
+wants in words (its own answer to each of its questions), and no model call anywhere: all of it
+is read from the rules.
 
 The world is the tests' warehouse (one robot, three objects, five areas); the simulator, the
 injected failures and the 4 s polling of a real run are not here, `lava eval` has them.
@@ -41,8 +42,11 @@ def test_magma_warehouse_episode(spec: dict[str, Any]) -> None:
     stages = [play(s) for s in spec["stages"]]
     world = KnownAreas(5)
     said, asked = episode(world, stages, WAREHOUSE_RULES)
-    in_words = [s["kind"] for s, stage in zip(spec["stages"], stages, strict=True) if not stage.acts or stage.answer]
-    for kind, words in zip(in_words, said, strict=True):
+    in_words = [s for s, stage in zip(spec["stages"], stages, strict=True) if not stage.acts or stage.answer]
+    for wanted, words in zip(in_words, said, strict=True):
+        kind = wanted["kind"]
+        if "answer" in wanted:  # MAGMA's own answer to its question
+            assert words.strip().rstrip(".").lower() == wanted["answer"].strip().rstrip(".").lower(), words
         if kind in QUESTION:
             assert "?" in words, f"{kind} wants a question: {words!r}"
         if kind in REFUSAL:
