@@ -129,8 +129,10 @@ def class_of(obj: str, classes: Sequence[str]) -> str:
     return obj.rpartition("_")[0] or obj
 
 
-def _classes_in(text: str, classes: Sequence[str]) -> list[str]:
-    return [c for c in classes if re.search(rf"\b{re.escape(c)}(?:s|es)?\b", text, re.I)]
+def _classes_in(text: str, classes: Sequence[str], *, as_written: bool = False) -> list[str]:
+    """The classes the text names, in the classes' order or (`as_written`) in the text's."""
+    found = [(m.start(), c) for c in classes if (m := re.search(rf"\b{re.escape(c)}(?:s|es)?\b", text, re.I))]
+    return [c for _, c in (sorted(found) if as_written else found)]
 
 
 def _hall_in(text: str, halls: Sequence[str]) -> str | None:
@@ -701,12 +703,14 @@ _PRIORITY_OFF = re.compile(r"\b(?P<hall>[\w-]+)\s+no\s+longer\s+has\s+priority\b
 
 
 def assignments(rules: Sequence[str], halls: Sequence[str], classes: Sequence[str]) -> dict[str, str]:
-    """Class -> hall from the rules ("backpack and book objects belong in Hall2"); a later rule wins."""
+    """Class -> hall from the rules ("backpack and book objects belong in Hall2"); a later rule wins.
+    The classes come in the order the rules first named them, as MAGMA's type_hall relation keeps
+    them (its answers list a hall's types so: "pen and book are assigned to Hall1")."""
     assigned: dict[str, str] = {}
     for rule in rules:
         for m in _BELONG.finditer(rule):
             hall = _hall_in(m.group(2), halls)
-            for c in _classes_in(m.group(1), classes) if hall else []:
+            for c in _classes_in(m.group(1), classes, as_written=True) if hall else []:
                 assigned[c] = hall
     return assigned
 
@@ -750,7 +754,7 @@ def hall_answer(situation: Situation, state: TaskState) -> str | None:
         return ", ".join(f"{listed(cs)} {'is' if len(cs) == 1 else 'are'} assigned to {hall}"
                          for hall, cs in grouped.items()) + "."
     if (m := _ASK_TYPES_IN.match(question)) and (hall := _hall_in(m["hall"], halls)):
-        there = [c for c in classes if assigned.get(c) == hall]
+        there = [c for c, assigned_to in assigned.items() if assigned_to == hall]
         if not there:
             return f"No object types are assigned to {hall}."
         return f"{listed(there)} {'is' if len(there) == 1 else 'are'} assigned to {hall}."

@@ -1,0 +1,90 @@
+"""MagmaPolicy played through hall_sorting episodes that MAGMA's own generator compiled (MainDefinition
+and SmallHallSortingDefinition, many seeds; fixtures/extract_magma_stages.py says how they were made,
+and which it leaves out: those the generator made unwinnable, and interruptions).
+
+Each episode starts from its skeleton's halls, attributes and rules; a delivery stage's entry
+transition lays its halls out anew, as MAGMA's ResetHallDeliveryTransition does. Every placement
+stage must reach MAGMA's count within MAGMA's budget (twice its target), every text stage gets
+words, every question MAGMA's own answer, and the model is never asked.
+
+Unlike a real run, the next instruction never arrives while a call is held: MAGMA's delays are
+played by the warehouse episodes (episodes.py) and the halls tests, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import user_input
+from lava.backends.scripted import FunctionBackend
+from lava.engine import Engine
+from lava.policies.magma import MagmaPolicy
+from lava.protocol import AgentRequest
+from lava.settings import Settings
+from test_halls import TOOLS, HallWorld, no_model
+
+EPISODES = json.loads((Path(__file__).parent / "fixtures" / "hall_episodes.json").read_text())
+
+
+def same_answer(said: str, wanted: str) -> bool:
+    return said.strip().rstrip(".").lower() == wanted.strip().rstrip(".").lower()
+
+
+def feedback(robot: str, call: dict, ok: bool, message: str) -> dict:
+    return {"type": "env", "content": json.dumps({
+        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
+        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+
+@pytest.mark.parametrize("spec", EPISODES, ids=[e["episode"] for e in EPISODES])
+def test_magma_hall_episode(spec: dict[str, Any]) -> None:
+    world = HallWorld(spec["halls"])
+    attributes = {**spec["attributes"], "robot_statuses": dict.fromkeys(spec["attributes"]["known_robots"], "FREE")}
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": list(spec["memory_list"]), "history": []}
+
+    def decide(instruction: dict) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=TOOLS, attributes=attributes)
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out["error"]
+        memory = out["memory"]
+        return out["output"]
+
+    result = None  # the feedback of the last call
+    for number, stage in enumerate(spec["stages"]):
+        if "layout" in stage:
+            world.halls = {hall: list(things) for hall, things in stage["layout"].items()}
+            world.tray = {robot: [] for robot in world.at}
+        instruction = {"type": "user", "content": stage["say"]} if stage["say"] else result
+        assert instruction is not None, f"stage {number} has nothing to go on"
+        if stage["kind"] != "TypedPlacementStage":
+            decision = decide(instruction)
+            assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
+            if "answer" in stage:
+                assert same_answer(decision["say"], stage["answer"]), (decision["say"], stage["answer"])
+            continue
+        quota = {(hall, kind): n for hall, counts in stage["assignment"].items() for kind, n in counts.items()}
+        calls = 0
+        while world.placed(quota) < stage["minimum"]:
+            decision = decide(instruction)
+            assert decision["tool_calls"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
+            (call,) = decision["tool_calls"]
+            robot = call["target_robot_name"]
+            ok, message = world.run(robot, call["name"], call["arguments"])
+            calls += 1
+            assert calls <= stage["budget"], f"stage {number} over its budget of {stage['budget']}: {world.calls}"
+            instruction = result = feedback(robot, call, ok, message)
+
+
+def test_the_episodes_cover_both_definitions_deliveries_and_questions() -> None:
+    assert {e["episode"].split("@")[0] for e in EPISODES} == {"MainDefinition", "SmallHallSortingDefinition"}
+    kinds = {s["kind"] for e in EPISODES for s in e["stages"]}
+    assert {"TypedPlacementStage", "AskTypeHallAssignmentStage", "AskHallTypesStage"} <= kinds
+    assert any("layout" in s for e in EPISODES for s in e["stages"])
