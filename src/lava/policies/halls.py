@@ -743,8 +743,7 @@ def hall_answer(situation: Situation, state: TaskState) -> str | None:
         return f"{hall} currently has priority and must be completed first." if hall else \
             "No storage hall currently has priority."
     assigned = assignments(rules, halls, classes)
-    if (m := _ASK_HALLS_OF.match(question)) and (asked := sorted(_classes_in(m["what"], classes),
-                                                                 key=lambda c: m["what"].lower().find(c.lower()))):
+    if (m := _ASK_HALLS_OF.match(question)) and (asked := _classes_in(m["what"], classes, as_written=True)):
         grouped: dict[str, list[str]] = {}
         for c in asked:
             if c in assigned:
