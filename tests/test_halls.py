@@ -235,6 +235,20 @@ def test_a_robot_making_way_looks_into_the_reception_hall_the_goal_has_not_seen(
     assert world.calls.index("robot1.move_to(Hall4)") < world.calls.index("robot2.drop_from_tray(book_1)")
 
 
+def test_a_counted_sort_follows_the_rule_that_moved_the_class_last() -> None:
+    # MAGMA's SmallHallSortingDefinition@203 (compiled offline): "Modification of the existing rule:
+    # ... package objects belong in Hall4" after packages were given Hall1; "Sort 1 package object
+    # into its assigned hall" wanted one in each hall, so after Hall4's lava took it out again.
+    world = HallWorld({"Hall1": [], "Hall2": ["book_1", "pen_1", "backpack_1", "package_1"],
+                       "Hall3": ["book_2", "backpack_2", "package_2", "pen_2"], "Hall4": []})
+    rules = ["Please remember that pen and book objects belong in Hall4, package and backpack objects belong in Hall1.",
+             "Modification of the existing rule: book objects belong in Hall1, package objects belong in Hall4."]
+    spent, say = run_stages(world, "A delivery has arrived. Sort 1 package object into its assigned hall.",
+                            {("Hall4", "package"): 1}, [(1, 12)], attributes=with_reception("Hall2", "Hall3"),
+                            reset=False, then_answer=True, rules=rules)
+    assert say.startswith("Done.") and world.halls["Hall4"] == ["package_1"] and spent[0] <= 6, world.calls
+
+
 def test_a_robot_standing_in_the_target_hall_makes_way() -> None:
     # Held-out hall_sorting MainDefinition@1: robot1 idled in Hall1, where robot2 had to unload the
     # package (one robot per hall); robot2 wandered to Hall3 and the model took over until the budget ran out.

@@ -233,17 +233,15 @@ def read_goal(request: str, rules: Sequence[str], halls: Sequence[str], classes:
     if not goal and _ASSIGNED.search(request):
         # "Sort all book objects into their assigned hall": the halls come from the rules.
         # "Sort 1 backpack object into its assigned hall": that many, not every backpack there is.
+        # The rules as they stand, a later one winning: "Modification of the existing rule: package
+        # objects belong in Hall4" moves packages out of the hall an older rule gave them.
         wanted = _classes_in(request, classes) or list(classes)
         counts = _counted(request, classes)
-        for rule in rules:
-            for m in _BELONG.finditer(rule):
-                hall = _hall_in(m.group(2), halls)
-                for c in _classes_in(m.group(1), classes) if hall else []:
-                    if c in counts:
-                        goal.atleast[(hall, c)] = counts[c]
-                        goal.assign.pop(c, None)
-                    elif c in wanted:
-                        goal.assign[c] = hall
+        for c, hall in assignments(rules, halls, classes).items():
+            if c in counts:
+                goal.atleast[(hall, c)] = counts[c]
+            elif c in wanted:
+                goal.assign[c] = hall
     if not goal:
         return None
     if _UNSURE.search(re.sub(r"\b(?:temporary exception|as an exception)\b", "", redirected, flags=re.I)):
