@@ -168,6 +168,11 @@ def episode(world: World, stages: list[Stage], rules: list[str], model: Model = 
     return said, asked
 
 
+def same_answer(said: str, wanted: str) -> bool:
+    """Whether words are MAGMA's own answer to its question, but for case and a closing full stop."""
+    return said.strip().rstrip(".").lower() == wanted.strip().rstrip(".").lower()
+
+
 def acknowledged(said: str, rule: str) -> bool:
     """Whether words take a rule in: the rule repeated, or an acknowledgement."""
     return rule in said or "understood" in said.lower() or "noted" in said.lower()

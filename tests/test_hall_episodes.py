@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import user_input
+from episodes import feedback, same_answer
 from lava.backends.scripted import FunctionBackend
 from lava.engine import Engine
 from lava.policies.magma import MagmaPolicy
@@ -29,16 +30,6 @@ from lava.settings import Settings
 from test_halls import TOOLS, HallWorld, no_model
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "hall_episodes.json").read_text())
-
-
-def same_answer(said: str, wanted: str) -> bool:
-    return said.strip().rstrip(".").lower() == wanted.strip().rstrip(".").lower()
-
-
-def feedback(robot: str, call: dict, ok: bool, message: str) -> dict:
-    return {"type": "env", "content": json.dumps({
-        "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
-        "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
 
 
 @pytest.mark.parametrize("spec", EPISODES, ids=[e["episode"] for e in EPISODES])
@@ -80,7 +71,7 @@ def test_magma_hall_episode(spec: dict[str, Any]) -> None:
             ok, message = world.run(robot, call["name"], call["arguments"])
             calls += 1
             assert calls <= stage["budget"], f"stage {number} over its budget of {stage['budget']}: {world.calls}"
-            instruction = result = feedback(robot, call, ok, message)
+            instruction = result = feedback(call, ok, message)
 
 
 def test_the_episodes_cover_both_definitions_deliveries_and_questions() -> None:
