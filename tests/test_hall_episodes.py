@@ -1,11 +1,13 @@
 """MagmaPolicy played through hall_sorting episodes that MAGMA's own generator compiled (MainDefinition
 and SmallHallSortingDefinition, many seeds; fixtures/extract_magma_stages.py says how they were made,
-and which it leaves out: those the generator made unwinnable, and interruptions).
+and which it leaves out: those the generator made unwinnable).
 
-Each episode starts from its skeleton's halls, attributes and rules; a delivery stage's entry
-transition lays its halls out anew, as MAGMA's ResetHallDeliveryTransition does. Every placement
-stage must reach MAGMA's count within MAGMA's budget (twice its target), every text stage gets
-words, every question MAGMA's own answer, and the model is never asked.
+Each episode starts from its skeleton's halls, attributes and rules; a stage's entry transition
+lays its halls out anew, as MAGMA's ResetHallDeliveryTransition does. Every stage that moves objects
+must reach MAGMA's goal within MAGMA's budget (twice its target): a count placed, or for a redirection
+("Take one book from Hall4 and deliver it to Hall3", then "Change of plan: deliver that book to Hall1
+instead.") a book on a tray, then a book in Hall1. Every text stage gets words, every question MAGMA's
+own answer, and the model is never asked.
 
 Unlike a real run, the next instruction never arrives while a call is held: MAGMA's delays are
 played by the warehouse episodes (episodes.py) and the halls tests, not here.
@@ -32,6 +34,19 @@ from test_halls import TOOLS, HallWorld, no_model
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "hall_episodes.json").read_text())
 
 
+PLACING = {"TypedPlacementStage", "PickObjectStage", "RedirectPickedObjectStage"}
+
+
+def met(world: HallWorld, stage: dict[str, Any]) -> bool:
+    """The goal of a stage that moves objects, as MAGMA verifies it."""
+    if stage["kind"] == "PickObjectStage":  # ObjectTypeOnTrayGoal
+        return any(thing.rpartition("_")[0] == stage["object_type"] for tray in world.tray.values() for thing in tray)
+    if stage["kind"] == "RedirectPickedObjectStage":  # ObjectTypeInHallGoal
+        return any(thing.rpartition("_")[0] == stage["object_type"] for thing in world.halls[stage["hall"]])
+    quota = {(hall, kind): n for hall, counts in stage["assignment"].items() for kind, n in counts.items()}
+    return world.placed(quota) >= stage["minimum"]
+
+
 @pytest.mark.parametrize("spec", EPISODES, ids=[e["episode"] for e in EPISODES])
 def test_magma_hall_episode(spec: dict[str, Any]) -> None:
     world = HallWorld(spec["halls"])
@@ -55,15 +70,14 @@ def test_magma_hall_episode(spec: dict[str, Any]) -> None:
             world.tray = {robot: [] for robot in world.at}
         instruction = {"type": "user", "content": stage["say"]} if stage["say"] else result
         assert instruction is not None, f"stage {number} has nothing to go on"
-        if stage["kind"] != "TypedPlacementStage":
+        if stage["kind"] not in PLACING:
             decision = decide(instruction)
             assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
             if "answer" in stage:
                 assert same_answer(decision["say"], stage["answer"]), (decision["say"], stage["answer"])
             continue
-        quota = {(hall, kind): n for hall, counts in stage["assignment"].items() for kind, n in counts.items()}
         calls = 0
-        while world.placed(quota) < stage["minimum"]:
+        while not met(world, stage):
             decision = decide(instruction)
             assert decision["tool_calls"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
             (call,) = decision["tool_calls"]
@@ -74,8 +88,9 @@ def test_magma_hall_episode(spec: dict[str, Any]) -> None:
             instruction = result = feedback(call, ok, message)
 
 
-def test_the_episodes_cover_both_definitions_deliveries_and_questions() -> None:
+def test_the_episodes_cover_both_definitions_deliveries_questions_and_redirections() -> None:
     assert {e["episode"].split("@")[0] for e in EPISODES} == {"MainDefinition", "SmallHallSortingDefinition"}
     kinds = {s["kind"] for e in EPISODES for s in e["stages"]}
-    assert {"TypedPlacementStage", "AskTypeHallAssignmentStage", "AskHallTypesStage"} <= kinds
+    assert {"TypedPlacementStage", "AskTypeHallAssignmentStage", "AskHallTypesStage", "PickObjectStage",
+            "RedirectPickedObjectStage"} <= kinds
     assert any("layout" in s for e in EPISODES for s in e["stages"])
