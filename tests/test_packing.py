@@ -23,7 +23,7 @@ from episodes import CANCEL, Stage, World, tool
 from lava.backends.scripted import FunctionBackend
 from lava.engine import Engine
 from lava.policies.demos import finisher
-from lava.policies.goals import default_recipe, read_recipe
+from lava.policies.goals import default_recipe, kept_apart, read_recipe, tray_clash
 from lava.policies.intent import heuristic_intent
 from lava.policies.magma import MagmaPolicy
 from lava.policies.orders import read_orders
@@ -265,9 +265,27 @@ PACKAGING = {
         Stage("I changed my mind: use juice instead of water for this tray.",
               lambda w: on_tray(w, "juice", "milk"), budget=10, answer=True),
     ],
+    # Held-out MainDefinition@36 (MAGMA's ReplaceTrayItemRequest): the swap breaks a rule, so the
+    # request is refused in words (lava looked first); the correction applies to the refused recipe.
+    "packaging-held38": [
+        Stage("A tray must never contain both chicken and pasta."),
+        Stage("Prepare a tray based on chicken and fish, but replace fish with pasta."),
+        Stage("Okay, replace fish with juice instead.", lambda w: on_tray(w, "chicken", "juice"), budget=10,
+              answer=True),
+    ],
+    # The same request kinds on the default recipe, under a rule that replaced another.
+    "packaging-default-refused": [
+        Stage("The default tray recipe is pasta and apple."),
+        Stage("Do not place apple and juice on the same tray."),
+        Stage("Replace the rule forbidding apple and juice together with a rule forbidding pasta and milk "
+              "together."),
+        Stage("For the standard recipe, use milk instead of apple."),
+        Stage("Then use banana instead of apple.", lambda w: on_tray(w, "pasta", "banana"), budget=10, answer=True),
+    ],
 }
 TRAYS = {"packaging-001": ["chicken", "fish", "water"], "packaging-002": ["banana", "pasta"],
-         "packaging-held6": ["juice", "milk"]}
+         "packaging-held6": ["juice", "milk"], "packaging-held38": ["chicken", "juice"],
+         "packaging-default-refused": ["banana", "pasta"]}
 
 
 @pytest.mark.parametrize("name", sorted(PACKAGING))
@@ -510,3 +528,22 @@ def test_an_urgent_order_sets_the_begun_package_aside_and_the_interrupted_order_
     assert world.marked() == {"002": {"coca": 1, "icetea": 1}, "001": {"donut": 1, "icetea": 1}}
     assert [package for package, _, _ in world.marks][1] == begun[0]
     assert said
+
+
+def test_the_rules_that_keep_foods_apart_are_read_as_they_stand() -> None:
+    # Every form of MAGMA's incompatibility rules; a replacing rule drops the pair it names first.
+    rules = ["Do not place apple and juice on the same tray.",
+             "A tray must never contain both chicken and pasta.",
+             "pasta and apple must not be placed on the same tray.",
+             "Replace the rule forbidding apple and juice together with a rule forbidding milk and fish together.",
+             "The old rule saying that chicken and pasta cannot share a tray is replaced: now water and banana "
+             "cannot share a tray."]
+    assert kept_apart(rules) == [("pasta", "apple"), ("milk", "fish"), ("water", "banana")]
+    foods = [food for key, values in PACKAGING_ATTRIBUTES.items() if key != "known_robots" for food in values]
+    assert tray_clash("I would like a tray containing apple and juice.", rules, foods) is None  # replaced
+    assert tray_clash("I would like a tray containing fish, juice and milk.", rules, foods) == ("milk", "fish")
+    default = ["The default tray recipe is pasta and banana.", *rules]
+    assert tray_clash("For the standard recipe, use water instead of pasta.", default, foods) == ("water", "banana")
+    assert tray_clash("For the standard recipe, use apple instead of banana.", default, foods) == ("pasta", "apple")
+    assert tray_clash("For the standard recipe, use juice instead of banana.", default, foods) is None
+    assert tray_clash("I would like a tray containing fish and milk.", PACKAGING_RULES, foods) is None  # no pair

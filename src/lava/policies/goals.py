@@ -187,6 +187,59 @@ def read_recipe(request: str, rules: Sequence[str], things: Sequence[str]) -> li
     return list(dict.fromkeys(items)) or None
 
 
+_PAIR = r"(?P<a>[A-Za-z][\w-]*)\s+and\s+(?P<b>[A-Za-z][\w-]*)"
+# The ways MAGMA's packaging rules keep two foods off one tray (its IncompatibleFoodsRuleRequest and
+# rule_renderer): "Do not place apple and juice on the same tray.", "A tray must never contain both
+# chicken and pasta.", "... a rule forbidding milk and fish together.", "... now milk and fish cannot
+# share a tray.", "pasta and apple must not be placed on the same tray."
+_APART = (
+    re.compile(rf"\b(?:do\s+not|don't|never)\s+(?:place|put)\s+{_PAIR}\s+(?:on|in)\s+the\s+same\b", re.I),
+    re.compile(rf"\bnever\s+contains?\s+both\s+{_PAIR}", re.I),
+    re.compile(rf"\bforbidding\s+{_PAIR}\s+together\b", re.I),
+    re.compile(rf"\b{_PAIR}\s+(?:cannot|can't|must\s+not|may\s+not|should\s+not)\s+"
+               rf"(?:share\b|be\s+(?:placed|put)\s+(?:on|in)\s+the\s+same\b)", re.I),
+)
+
+
+def kept_apart(rules: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs of things the rules keep off one tray, as the rules stand: a rule that replaces one
+    ("Replace the rule forbidding chicken and fish together with a rule forbidding milk and fish
+    together") drops the first pair it names and adds the last."""
+    pairs: list[tuple[str, str]] = []
+    for rule in rules:
+        found = [(m["a"], m["b"]) for _, m in sorted((m.start(), m) for pattern in _APART
+                                                      for m in pattern.finditer(rule))]
+        if len(found) >= 2 and re.search(r"\breplace", rule, re.I):
+            old = {w.lower() for w in found[0]}
+            pairs = [p for p in pairs if {w.lower() for w in p} != old]
+            found = found[-1:]
+        pairs += [p for p in found if {w.lower() for w in p} not in [{w.lower() for w in q} for q in pairs]]
+    return pairs
+
+
+def tray_clash(request: str, rules: Sequence[str], things: Sequence[str]) -> tuple[str, str] | None:
+    """The pair of things the rules keep apart that the recipe `request` asks for together."""
+    pairs = kept_apart(rules)
+    if not pairs:
+        return None
+    known = list(dict.fromkeys([*things, *(w for pair in pairs for w in pair)]))
+    recipe = {t.lower() for t in read_recipe(request, rules, known) or []}
+    return next((pair for pair in pairs if {w.lower() for w in pair} <= recipe), None)
+
+
+def after_refused_tray(refused: str, message: str) -> str | None:
+    """The request a swap answers after a recipe was refused ("Prepare a tray based on chicken and
+    fish, but replace fish with pasta." refused, then "Okay, replace fish with juice instead."): the
+    refused request without its own swaps, then the new one. None when the message stands on its own
+    (it names the default recipe, or swaps nothing)."""
+    swaps = [*_INSTEAD.finditer(message), *_REPLACE.finditer(message)]
+    if not swaps or _REFERS.search(message):
+        return None
+    base = _REPLACE.sub("", _INSTEAD.sub("", refused))
+    base = re.sub(r"[,;]?\s*\b(?:but|and|then|use)\s*(?=[.!?]|$)", "", base)  # the ", but" the swap left
+    return f"{base.strip()} {message.strip()}"
+
+
 def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
               scene: Mapping[str, Sequence[str]] | None = None, held: str | None = None) -> Goal | None:
     places = list(places)
@@ -995,6 +1048,7 @@ __all__ = [
     "Move",
     "Step",
     "additions",
+    "after_refused_tray",
     "answered_areas",
     "area_news",
     "asked_categories",
@@ -1007,6 +1061,7 @@ __all__ = [
     "cycle_goal",
     "default_news",
     "home",
+    "kept_apart",
     "listed",
     "next_step",
     "number",
@@ -1023,6 +1078,7 @@ __all__ = [
     "standing_additions",
     "stem",
     "targets",
+    "tray_clash",
     "unavailable",
     "words",
 ]

@@ -42,6 +42,7 @@ from .demos import _PUT, finisher, pick_and_place_demo, roles
 from .demos import _TAKE as _TAKE_VERB
 from .goals import (
     NUMBER,
+    after_refused_tray,
     answered_areas,
     area_news,
     asked_categories,
@@ -62,6 +63,7 @@ from .goals import (
     sibling_home,
     standing_additions,
     stem,
+    tray_clash,
     unavailable,
     words,
 )
@@ -69,6 +71,7 @@ from .halls import hall_answer
 from .intent import INTENT_SCHEMA, heuristic_intent
 from .messages import task_state
 from .names import (
+    attribute_values,
     containers,
     contents,
     description_words,
@@ -1061,7 +1064,7 @@ class MagmaPolicy(Policy):
                     # MAGMA sets the scene out anew for the next request (ResetPackagingTransition:
                     # every food back on the table, the tray empty): what lava saw is gone.
                     state.scene, state.observations = None, []
-                state.start(intent, instruction.content)
+                state.start(intent, self.after_refusal(situation, state) or instruction.content)
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
                 # it runs (an empty decision), unless the message removed what it acts on or stops it.
@@ -1071,6 +1074,10 @@ class MagmaPolicy(Policy):
             gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
             if intent == "act" and gone is not None:
                 return everyone(refusal(state, gone))
+            clash = tray_clash(state.request, [*situation.memory.memory_list, *state.rules],
+                               attribute_values(situation.attributes)) if intent == "act" else None
+            if clash is not None:  # MAGMA's ForbiddenElemStage wants words, and any call fails it
+                return everyone(refusal(state, f"{clash[0]} and {clash[1]} cannot be placed on the same tray."))
         elif situation.feedback is not None:
             if situation.toolbox.busy and not state.pending and not situation.feedback.previous_calls:
                 # lava answered in words (a question) while its call was held, and MAGMA-BENCH reports
@@ -1184,6 +1191,19 @@ class MagmaPolicy(Policy):
             if robot in situation.toolbox.busy and values & removed:
                 return AgentDecision(tool_calls=[ToolCall(name=CANCEL_TOOL, arguments={}, target_robot_name=robot)])
         return AgentDecision()
+
+    @staticmethod
+    def after_refusal(situation: Situation, state: TaskState) -> str | None:
+        """The request a user message makes of a tray lava just refused ("Okay, replace fish with
+        juice instead." after "Prepare a tray based on chicken and fish, but replace fish with pasta."
+        broke a rule): the refused recipe, corrected. None when there is none, or the message stands
+        on its own."""
+        if not (state.finished and state.intent == "act" and state.request) or situation.instruction.type != "user":
+            return None
+        rules = [*situation.memory.memory_list, *state.rules]
+        if tray_clash(state.request, rules, attribute_values(situation.attributes)) is None:
+            return None
+        return after_refused_tray(state.request, situation.instruction.content)
 
     @staticmethod
     def held_apart(situation: Situation, request: str) -> bool:
