@@ -1011,7 +1011,10 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
         extra = [t for t in there if t not in goal.items]
         if extra:
             return Step("take", extra[0])  # exactly these: what does not belong goes back
-        missing = graspable_first([t for t in goal.items if t not in there])
+        # The last named first: MAGMA's swaps on a tray being made ("Actually, replace fish with water
+        # on this tray.", once one food is on it) replace the first named, and its budget then leaves
+        # no room to take that one off the tray again.
+        missing = graspable_first([t for t in reversed(goal.items) if t not in there])
         return Step("take", missing[0]) if missing else Step("finish")
     if goal.clear is not None:
         if held:
