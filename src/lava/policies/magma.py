@@ -1064,7 +1064,8 @@ class MagmaPolicy(Policy):
                     # MAGMA sets the scene out anew for the next request (ResetPackagingTransition:
                     # every food back on the table, the tray empty): what lava saw is gone.
                     state.scene, state.observations = None, []
-                state.start(intent, self.after_refusal(situation, state) or instruction.content)
+                corrected = self.after_refusal(situation, state) if intent == "act" else None
+                state.start(intent, corrected or instruction.content)
             if intent == "act" and situation.toolbox.busy:
                 # lava's own next call is held while the user speaks: it was the best next step, so
                 # it runs (an empty decision), unless the message removed what it acts on or stops it.
