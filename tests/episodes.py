@@ -138,9 +138,11 @@ def episode(world: World, stages: list[Stage], rules: list[str], model: Model = 
             if decision["tool_calls"]:
                 (call,) = decision["tool_calls"]
                 if held is not None:
-                    # A held call can only be cancelled: the robot is busy with it.
+                    # A held call can only be cancelled: the robot is busy with it. MAGMA's skill
+                    # manager drops the suspended call before its executor counts calls: it is free.
                     assert call["name"] == CANCEL["name"], f"{call} while the robot was {status}"
                     ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
+                    calls -= 1
                 else:
                     ok, message = world.run(call["name"], call["arguments"])
             else:

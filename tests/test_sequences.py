@@ -111,7 +111,7 @@ def test_a_button_asked_for_now_before_resuming_goes_before_the_held_press() -> 
     said, asked = episode(world, [
         Stage(EVEN),
         Stage("Please press sw1 and sw2.", presses("sw2"), budget=1),
-        Stage("Okay, press sw4 now before resuming your current sequence.", presses("sw4"), budget=2),
+        Stage("Okay, press sw4 now before resuming your current sequence.", presses("sw4"), budget=1),
         Stage(None, presses("sw4", "sw1"), budget=2),
         Stage(None),  # CompletionAnswerStage
     ], [])
@@ -130,7 +130,7 @@ def test_a_button_asked_for_now_before_resuming_takes_no_prefix() -> None:
         Stage("Please press the following buttons in this exact order: sw3, sw2, and sw4.", presses("sw0"),
               budget=1),
         Stage(None, presses("sw3"), budget=1),
-        Stage("Okay, press sw1 now before resuming your current sequence.", presses("sw1"), budget=2),
+        Stage("Okay, press sw1 now before resuming your current sequence.", presses("sw1"), budget=1),
         Stage(None, presses("sw2"), budget=1),
         Stage(None, presses("sw4"), budget=1),
         Stage(None),  # CompletionAnswerStage
