@@ -15,7 +15,7 @@ off, water on, valid_plate), and MAGMA allows six. The request gives no hint of 
 MAGMA's swaps mostly replace the first named food (12 of the 15 two-food swaps of seeds 100-189), so
 lava puts the last named first; the two episodes where the swap took the other are skipped there.
 
-The world is the packaging tests' tray (test_packing.TrayWorld); the simulator, the injected
+The world is the packaging tests' tray (test_packing.ResettingTrayWorld); the simulator, the injected
 failures and the polling of a real run are not here, `lava eval` has them.
 """
 
@@ -28,16 +28,10 @@ from typing import Any
 import pytest
 
 from episodes import Stage, episode
-from test_packing import FOODS, TrayWorld
+from test_packing import ResettingTrayWorld, TrayWorld
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "packaging_episodes.json").read_text())
 REFUSAL = {"ForbiddenElemStage"}  # "The model must refuse because chicken and pasta cannot be placed on the same tray."
-
-
-class FreshTrayWorld(TrayWorld):
-    def reset(self) -> None:
-        """MAGMA's ResetPackagingTransition: every food back on the table, the tray empty."""
-        self.table, self.tray, self.held = list(FOODS), [], None
 
 
 # The episodes where the swap replaced the food lava puts on the tray first (the last named): no
@@ -83,7 +77,7 @@ def test_magma_packaging_episode(spec: dict[str, Any]) -> None:
     # A stage MAGMA opens with ResetPackagingTransition finds the world reset after the stage before it.
     stages = [play(s, following.get("fresh", False), spec["episode"])
               for s, following in zip(spec["stages"], [*spec["stages"][1:], {}], strict=True)]
-    world = FreshTrayWorld()
+    world = ResettingTrayWorld()
     if spec["stages"][0].get("fresh"):
         world.reset()
     said, asked = episode(world, stages, spec["memory_list"])
