@@ -205,16 +205,16 @@ def kept_apart(rules: Sequence[str]) -> list[tuple[str, str]]:
     """The pairs of things the rules keep off one tray, as the rules stand: a rule that replaces one
     ("Replace the rule forbidding chicken and fish together with a rule forbidding milk and fish
     together") drops the first pair it names and adds the last."""
-    pairs: list[tuple[str, str]] = []
+    pairs: dict[frozenset[str], tuple[str, str]] = {}  # keyed by the pair's words, whatever their case or order
     for rule in rules:
         found = [(m["a"], m["b"]) for _, m in sorted((m.start(), m) for pattern in _APART
                                                       for m in pattern.finditer(rule))]
         if len(found) >= 2 and re.search(r"\breplace", rule, re.I):
-            old = {w.lower() for w in found[0]}
-            pairs = [p for p in pairs if {w.lower() for w in p} != old]
+            pairs.pop(frozenset(w.lower() for w in found[0]), None)
             found = found[-1:]
-        pairs += [p for p in found if {w.lower() for w in p} not in [{w.lower() for w in q} for q in pairs]]
-    return pairs
+        for pair in found:
+            pairs.setdefault(frozenset(w.lower() for w in pair), pair)
+    return list(pairs.values())
 
 
 def tray_clash(request: str, rules: Sequence[str], things: Sequence[str]) -> tuple[str, str] | None:

@@ -1072,11 +1072,12 @@ class MagmaPolicy(Policy):
                 stops = interrupts and (_STOP.search(instruction.content) is not None
                                         or self.held_apart(situation, instruction.content))
                 return everyone(self.resume_or_cancel(situation, state, stop=stops))
-            gone = unavailable([*situation.memory.memory_list, *state.rules], instruction.content)
+            rules = [*situation.memory.memory_list, *state.rules]
+            gone = unavailable(rules, instruction.content)
             if intent == "act" and gone is not None:
                 return everyone(refusal(state, gone))
-            clash = tray_clash(state.request, [*situation.memory.memory_list, *state.rules],
-                               attribute_values(situation.attributes)) if intent == "act" else None
+            clash = tray_clash(state.request, rules, attribute_values(situation.attributes)) if intent == "act" \
+                else None
             if clash is not None:  # MAGMA's ForbiddenElemStage wants words, and any call fails it
                 return everyone(refusal(state, f"{clash[0]} and {clash[1]} cannot be placed on the same tray."))
         elif situation.feedback is not None:
@@ -1199,7 +1200,7 @@ class MagmaPolicy(Policy):
         juice instead." after "Prepare a tray based on chicken and fish, but replace fish with pasta."
         broke a rule): the refused recipe, corrected. None when there is none, or the message stands
         on its own."""
-        if not (state.finished and state.intent == "act" and state.request) or situation.instruction.type != "user":
+        if not (state.finished and state.intent == "act" and state.request):
             return None
         rules = [*situation.memory.memory_list, *state.rules]
         if tray_clash(state.request, rules, attribute_values(situation.attributes)) is None:
