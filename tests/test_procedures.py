@@ -380,9 +380,10 @@ def test_a_taste_said_to_be_unavailable_is_refused_when_asked_for_later() -> Non
         Stage("Please make coffee for Garcia.", looked_up("Garcia"), budget=1, answer=True),
     ], [COFFEE_RULE, TEAM_REGISTRY_RULE])
     assert "Roberts" in said[2] and "preference" in said[2]
-    assert "white coffee is not available" in said[3]
+    # MAGMA's judge: "must refuse and inform that Roberts cannot be served because white coffee is unavailable".
+    assert said[3] == "Sorry, I cannot do that for Roberts: white coffee is not available anymore."
     assert said[4] == "Williams is in team GEPETTO."
-    assert "white coffee is not available" in said[5]
+    assert said[5] == "Sorry, I cannot do that for Garcia: white coffee is not available anymore."
     assert world.calls == ["get_person_team(Roberts)", "get_person_team(Williams)", "get_person_team(Garcia)"]
     assert world.coffees == [] and not asked
 

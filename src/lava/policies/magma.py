@@ -81,7 +81,7 @@ from .names import (
     object_values,
     parameter_enums,
 )
-from .procedures import taste_answer, team_answer
+from .procedures import refused_people, taste_answer, team_answer
 from .returns import count_answer, delivery_answer
 from .scene import render_scene
 from .task_state import (
@@ -248,12 +248,13 @@ def _plain(text: str) -> str:
     return " ".join(text.split()).translate(str.maketrans({"{": "(", "}": ")", "<": "(", ">": ")"}))
 
 
-def refusal(state: TaskState, rule: str) -> AgentDecision:
+def refusal(state: TaskState, rule: str, whom: Sequence[str] = ()) -> AgentDecision:
     """The answer to a request for something `rule` says is gone: acting anyway fails the stage,
     saying so is the answer, and it ends the request (a question after it is not one in the middle
-    of it)."""
+    of it). `whom`: the people it was for, named ("I cannot do that for Arthur")."""
     state.finished = True
-    return AgentDecision(say=f"Sorry, I cannot do that: {_plain(rule)}")
+    for_whom = f" for {listed(whom)}" if whom else ""
+    return AgentDecision(say=f"Sorry, I cannot do that{for_whom}: {_plain(rule)}")
 
 
 def _governed(request: str, own: Iterable[str], values: Sequence[str]) -> list[str]:
@@ -1075,7 +1076,8 @@ class MagmaPolicy(Policy):
             rules = [*situation.memory.memory_list, *state.rules]
             gone = unavailable(rules, instruction.content)
             if intent == "act" and gone is not None:
-                return everyone(refusal(state, gone))
+                return everyone(refusal(state, gone, refused_people(rules, situation.toolbox, situation.attributes,
+                                                                    instruction.content, state.observations)))
             clash = tray_clash(state.request, rules, attribute_values(situation.attributes)) if intent == "act" \
                 else None
             if clash is not None:  # MAGMA's ForbiddenElemStage wants words, and any call fails it

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
-from .goals import listed
+from .goals import listed, unavailable
 from .task_state import mentioned, sentences, vocabulary
 
 _VERBS = ("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do", "run",
@@ -148,6 +148,7 @@ def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
 _FOR_PEOPLE = re.compile(r"\bfor\s+(?P<who>[A-Z][\w'-]*(?:\s*(?:,\s*and\b|,|\band\b)\s*[A-Z][\w'-]*)*)")
 
 
+_WANTING = re.compile(r"\b(?P<who>[A-Z][a-z][\w'-]*)\s+(?:wants|would like)\b")  # "Philippe wants a black coffee"
 _DO_NOT = re.compile(r"^\s*(?:please\s+)?(?:do not|don't|never)\b", re.I)
 
 
@@ -471,6 +472,22 @@ def unknown_people(found: Reading, request: str, toolbox: ToolBox, results: Sequ
     return [p for p in people(request, names) if preference(p, request, known, choices, results) is None], choices
 
 
+def refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any], request: str,
+                   results: Sequence[str]) -> list[str]:
+    """The people a request is for whose preference a rule says is gone ("Philippe wants a black
+    coffee" after "There are no black capsules left for now"): whom a refusal names, as MAGMA's judge
+    wants it ("inform that Philippe cannot be served because black coffee is unavailable")."""
+    found = read(rules, toolbox, attributes)
+    if found is None or not (valued := [t for t in found.tools if t.params]) or not _about_people(found.known, toolbox):
+        return []
+    choices = _choices(valued[0], found.names, found.known)
+    wanting = [m["who"] for m in _WANTING.finditer(request)
+               if m["who"] not in found.names and m["who"].lower() not in _STOP]
+    return [p for p in dict.fromkeys([*people(request, found.names), *wanting])
+            if (value := preference(p, request, found.known, choices, results)) is not None
+            and unavailable(rules, f"{value} {found.names[value]}") is not None]  # "white coffee_pod"
+
+
 def missing_value_question(found: Reading, request: str) -> str | None:
     """MAGMA's laundry questions, when the request names things but not the value their procedure
     takes, and the rules give none or several: "Which detergent should I use for t_shirt?" (no rule
@@ -568,11 +585,11 @@ class ProceduresSkill:
         if step is not None and step == steps[0]:
             # What a team prefers, found only now, can be what a rule said is gone ("white coffee is
             # not available anymore"): nothing is started, and saying so is the answer.
-            from .goals import unavailable
             from .magma import refusal
             gone = unavailable(rules, " ".join([state.request, *(s.value for s in steps if s.value)]))
             if gone is not None:
-                return refusal(state, gone)
+                return refusal(state, gone, refused_people(rules, situation.toolbox, situation.attributes,
+                                                           state.request, results))
         if step is None:
             from .magma import completion_message
             notes.pop("asked", None)  # answered and done: a later request naming a value is a new one
@@ -617,5 +634,6 @@ class ProceduresSkill:
 
 
 __all__ = ["Group", "ProceduresSkill", "Reading", "Step", "groups", "keywords", "missing_value_question",
-           "named_tools", "next_step", "people", "plan", "planned", "preference", "procedure", "read", "suspended",
+           "named_tools", "next_step", "people", "plan", "planned", "preference", "procedure", "read",
+           "refused_people", "suspended",
            "taste_answer", "tastes", "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
