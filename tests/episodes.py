@@ -58,7 +58,10 @@ class Stage:
 
     `direct` (MAGMA's answer_after_completion): the next instruction comes right after the goal rather
     than while the agent's next call is held. `reset` (reset_at_end): the world's scene is put back
-    after the stage, so that a sorted object can be sorted again in the next cycle."""
+    after the stage, so that a sorted object can be sorted again in the next cycle.
+
+    `lookups` (MAGMA's allow_tools_before_answer): a text stage may first call these tools, at most
+    `budget` times, and then answer."""
 
     say: str | None
     goal: Callable[[Any], bool] | None = None
@@ -66,6 +69,7 @@ class Stage:
     answer: bool = False
     direct: bool = False
     reset: bool = False
+    lookups: frozenset[str] = frozenset()
 
     @property
     def acts(self) -> bool:
@@ -156,6 +160,15 @@ def episode(world: World, stages: list[Stage], rules: list[str], model: Model = 
         following = stages[number + 1] if number + 1 < len(stages) else None
         if not stage.acts or stage.answer:
             decision = decide(instruction)
+            looked = 0
+            while decision["tool_calls"] and stage.lookups:
+                (call,) = decision["tool_calls"]
+                assert call["name"] in stage.lookups, f"stage {number} allows {sorted(stage.lookups)}, not {call}"
+                looked += 1
+                assert looked <= stage.budget, f"stage {number} over its {stage.budget} lookups: {world.calls}"
+                ok, message = world.run(call["name"], call["arguments"])
+                instruction = result = feedback(call, ok, message)
+                decision = decide(instruction)
             assert decision["say"] and not decision["tool_calls"], f"stage {number} wanted words: {decision}"
             said.append(decision["say"])
         elif following is not None and following.say and following.acts and not stage.direct:
