@@ -76,6 +76,27 @@ class Stage:
         return self.goal is not None
 
 
+class MagmaNames:
+    """A compiled episode's tools in its semantic variation's names (MAGMA-GEN renames tools and their
+    parameters), and MAGMA's own name of each: what a world needs to answer like MAGMA's tools."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.tools = [CANCEL, *spec["tools"]]
+        self.magma: dict[str, tuple[str, dict[str, str]]] = {name: (same[0], same[1])
+                                                             for name, same in spec["magma_names"].items()}
+
+    def named(self, magma_name: str) -> str:
+        """This episode's name for the tool MAGMA calls `magma_name`."""
+        return next(name for name, (same, _) in self.magma.items() if same == magma_name)
+
+    def magma_call(self, name: str, arguments: dict) -> tuple[str, dict] | None:
+        """The call in MAGMA's own names, None for a tool the episode does not have."""
+        if name not in self.magma:
+            return None
+        same, params = self.magma[name]
+        return same, {params.get(k, k): v for k, v in arguments.items()}
+
+
 def feedback(call: dict, ok: bool, message: str) -> dict:
     """A tool result as MAGMA reports it to the agent."""
     robot = call["target_robot_name"]

@@ -22,34 +22,28 @@ from typing import Any
 
 import pytest
 
-from episodes import CANCEL, Stage, episode
+from episodes import MagmaNames, Stage, episode
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "coffee_episodes.json").read_text())
 
 
-class TeamCoffeeMachine:
+class TeamCoffeeMachine(MagmaNames):
     """MAGMA's MakingCoffeeTool for one episode: a mug, capsules, the button, and the team registry,
     reached through the episode's own tool and parameter names."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        self.tools = [CANCEL, *spec["tools"]]
+        super().__init__(spec)
         self.attributes = {**spec["attributes"], "known_robots": ["panda"]}
-        self.magma = {name: (same[0], same[1]) for name, same in spec["magma_names"].items()}
         self.teams: dict[str, list[str]] = spec["teams"]
         self.mug, self.pods = False, []
         self.coffees: list[str | None] = []  # per press: the capsule of a well made coffee, None otherwise
         self.calls: list[str] = []
 
-    def named(self, magma_name: str) -> str:
-        """This episode's name for the tool MAGMA calls `magma_name`."""
-        return next(name for name, (same, _) in self.magma.items() if same == magma_name)
-
     def run(self, name: str, arguments: dict) -> tuple[bool, str]:
         self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
-        if name not in self.magma:
+        if (call := self.magma_call(name, arguments)) is None:
             return False, f"{name} is not a known tool."
-        name, params = self.magma[name]
-        a = {params.get(k, k): v for k, v in arguments.items()}
+        name, a = call
         if name == "place_mug":
             self.mug = True
             return True, "You have placed the mug."
@@ -91,7 +85,7 @@ def served(capsule: str) -> Any:
 def play(spec: dict[str, Any], world: TeamCoffeeMachine) -> Stage:
     flags = {"direct": spec["direct"], "reset": spec["reset"]}
     if spec["kind"] == "MakeOneCoffeStage":
-        return Stage(spec["say"], served(spec["capsule"]), budget=spec["budget"], answer=spec["answer_too"], **flags)
+        return Stage(spec["say"], served(spec["capsule"]), budget=spec["budget"], **flags)
     lookups = frozenset(world.named(name) for name in spec.get("lookups", ()))
     return Stage(spec["say"], budget=spec.get("budget", 0), lookups=lookups, **flags)
 
@@ -124,7 +118,7 @@ def test_magma_coffee_episode(spec: dict[str, Any]) -> None:
     assert not asked
     texts = iter(said)
     for number, stage in enumerate(spec["stages"]):
-        if stage["kind"] == "MakeOneCoffeStage" and not stage["answer_too"]:
+        if stage["kind"] == "MakeOneCoffeStage":
             continue
         words = next(texts)
         if "answer" in stage:
