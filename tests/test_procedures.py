@@ -318,6 +318,28 @@ def test_preferences_given_one_after_another_in_one_sentence_serve_each_person()
     assert said[-1].startswith("Done") and not asked
 
 
+@pytest.mark.parametrize("then", [
+    "Use milky coffee instead for Theo. Please make first the coffee for Camille and then the one for Theo.",
+    "Do not make the coffee for Theo. Please prepare only the coffee for Camille."])
+def test_the_request_after_a_refused_coffee_keeps_the_preferences_the_refused_one_gave(then: str) -> None:
+    # MAGMA-GEN make_coffee SimpleDefinition@212 (seeds 200-239, compiled after the replay of seeds 100-159):
+    # Theo's black coffee was refused, and MAGMA's next request, a substitute for Theo or a cancel of his
+    # coffee, says nothing of Camille's, milky in the request refused. lava asked for it again.
+    world = CoffeeMachine()
+    cups = ["milky", "milky"] if "instead" in then else ["milky"]
+    said, asked = episode(world, [
+        Stage("We are out of black capsules until further notice."),
+        Stage("Please make coffee for Camille and Theo."),
+        Stage("Camille wants a milky coffee and Theo wants a black coffee. Please make first the coffee for Camille "
+              "and then the one for Theo."),
+        Stage(then, served(*cups[:1]), budget=4),
+        *([Stage(None, served(*cups), budget=4)] if len(cups) > 1 else []),
+        Stage(None),  # CompletionAnswerStage
+    ], COFFEE_RULES_002)
+    assert said[2] == "Sorry, I cannot do that for Theo: We are out of black capsules until further notice."
+    assert world.coffees == cups and said[-1].startswith("Done") and not asked
+
+
 def looked_up(person: str) -> Callable[[CoffeeMachine], bool]:
     """LookupTeamThenAnswerStage: the team tool, allowed before the answer, was called for `person`."""
     return lambda w: any(c.endswith(f"({person})") and "team" in c for c in w.calls)

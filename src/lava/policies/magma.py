@@ -81,7 +81,7 @@ from .names import (
     object_values,
     parameter_enums,
 )
-from .procedures import refused_people, taste_answer, team_answer
+from .procedures import after_refused_people, refused_people, taste_answer, team_answer
 from .returns import count_answer, delivery_answer
 from .scene import render_scene
 from .task_state import (
@@ -1198,16 +1198,19 @@ class MagmaPolicy(Policy):
 
     @staticmethod
     def after_refusal(situation: Situation, state: TaskState) -> str | None:
-        """The request a user message makes of a tray lava just refused ("Okay, replace fish with
+        """The request a user message makes of one lava just refused: a tray ("Okay, replace fish with
         juice instead." after "Prepare a tray based on chicken and fish, but replace fish with pasta."
-        broke a rule): the refused recipe, corrected. None when there is none, or the message stands
-        on its own."""
+        broke a rule), the refused recipe corrected; people's coffees ("Use milky coffee instead for
+        Theo. ..." after Theo's black one was refused), with the preferences the refused request gave.
+        None when there is none, or the message stands on its own."""
         if not (state.finished and state.intent == "act" and state.request):
             return None
         rules = [*situation.memory.memory_list, *state.rules]
-        if tray_clash(state.request, rules, attribute_values(situation.attributes)) is None:
-            return None
-        return after_refused_tray(state.request, situation.instruction.content)
+        message = situation.instruction.content
+        if tray_clash(state.request, rules, attribute_values(situation.attributes)) is not None:
+            return after_refused_tray(state.request, message)
+        return after_refused_people(rules, situation.toolbox, situation.attributes, state.request, message,
+                                    state.observations)
 
     @staticmethod
     def held_apart(situation: Situation, request: str) -> bool:

@@ -488,6 +488,24 @@ def refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[s
             and unavailable(rules, f"{value} {found.names[value]}") is not None]  # "white coffee_pod"
 
 
+def after_refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[str, Any], refused: str,
+                         message: str, results: Sequence[str]) -> str | None:
+    """The request that goes on from one refused for someone's preference ("Camille wants a milky coffee
+    and Theo wants a black coffee. Please make first the coffee for Camille and then the one for Theo."
+    while black is gone, then "Use milky coffee instead for Theo. Please make first the coffee for
+    Camille and then the one for Theo."): the message, with what the refused request said of the people
+    it names and gives nothing (Camille wants milky). None when it needs nothing from the refused one."""
+    if not refused_people(rules, toolbox, attributes, refused, results):
+        return None
+    found = read(rules, toolbox, attributes)
+    assert found is not None  # refused_people read it
+    choices = _choices(next(t for t in found.tools if t.params), found.names, found.known)
+    carried = [f"{person} wants {value}." for person in people(message, found.names)
+               if preference(person, message, found.known, choices, results) is None
+               and (value := preference(person, refused, found.known, choices, results)) is not None]
+    return " ".join([message.strip(), *carried]) if carried else None
+
+
 def missing_value_question(found: Reading, request: str) -> str | None:
     """MAGMA's laundry questions, when the request names things but not the value their procedure
     takes, and the rules give none or several: "Which detergent should I use for t_shirt?" (no rule
@@ -633,7 +651,7 @@ class ProceduresSkill:
                                  f"{listed(choices).replace(' and ', ' or ')}?")
 
 
-__all__ = ["Group", "ProceduresSkill", "Reading", "Step", "groups", "keywords", "missing_value_question",
-           "named_tools", "next_step", "people", "plan", "planned", "preference", "procedure", "read",
-           "refused_people", "suspended",
+__all__ = ["Group", "ProceduresSkill", "Reading", "Step", "after_refused_people", "groups", "keywords",
+           "missing_value_question", "named_tools", "next_step", "people", "plan", "planned", "preference", "procedure",
+           "read", "refused_people", "suspended",
            "taste_answer", "tastes", "team_answer", "team_lookup", "team_members_tool", "unknown_people"]
