@@ -646,7 +646,7 @@ def scene_answer(situation: Situation, state: TaskState) -> AgentDecision | None
             return AgentDecision(say=f"All {kind['kind']} objects are in the {called(places[0])}.")
         spread = [f"{sum(where[t] == p for t in things)} in the {called(p)}" for p in places]
         return AgentDecision(say=f"The {kind['kind']} objects are not all in one {noun}: {listed(spread)}.")
-    damaged = [t for t in notes.get("damaged") or [] if t]
+    damaged = sorted(t for t in notes.get("damaged") or [] if t)  # by name, as MAGMA's answer lists them
     return AgentDecision(say=f"The damaged objects are {', '.join(damaged)}." if damaged else
                          "There are no damaged objects.")
 
