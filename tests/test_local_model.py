@@ -147,6 +147,8 @@ def test_the_class_question_names_food_and_dishware_right() -> None:
         ("mug_1", {"food_storage": ["mango_1"], "dish_storage": ["bowl_1"], "trashcan": ["orange_2"]}, "dishware"),
         ("orange_2", {"food_storage": ["mango_2", "mango_1"], "dish_storage": ["bowl_2", "mug_1"],
                       "washing_machine": ["bowl_1"]}, "food"),
+        # Held-out table_cleaning SimpleDefinition@112: the dirty mango went to the washing machine.
+        ("mango_2", {"food_storage": ["orange_2", "orange_1"], "dish_storage": ["mug_2", "goblet_2", "mug_1"]}, "food"),
     ] + [(f"{kind}_1", {"food_storage": ["lemon_1", "peach_2"], "dish_storage": ["saucer_1", "jar_2"]}, cls)
          for kinds, cls in ((("goblet", "mug", "tumbler", "beaker", "stein"), "dishware"),
                             (("mango", "orange", "apricot", "avocado"), "food"))

@@ -876,9 +876,11 @@ def test_table_cleaning_001_set_the_table_puts_every_object_in_its_place() -> No
     def model(req: GenerationRequest) -> list[str]:
         # Only the mango's class is left open (no other mango shows its place); the rules route it.
         assert req.component == "classes", req.component
-        # Asked after examples the scene shows (an orange in food_storage is food, a bowl in dish_storage
-        # is dishware): cold, a 0.5B model calls a mug food.
-        assert req.messages[0].content == "Name the class of each object: food or dishware."
+        # Asked after what the classes mean and examples the scene shows (an orange in food_storage is
+        # food, a bowl in dish_storage is dishware): cold, a 0.5B model calls a mug food.
+        assert req.messages[0].content == ("Name the class of each object. food: something people eat (a fruit, "
+                                           "a vegetable). dishware: something people eat or drink from (a vessel, "
+                                           "a container).")
         assert [m.content for m in req.messages[1:]] == ["Which class is an orange?", '{"class": "food"}',
                                                          "Which class is a bowl?", '{"class": "dishware"}',
                                                          "Which class is a mango?"]

@@ -312,6 +312,19 @@ def _system_prompt(toolbox: ToolBox, rules: tuple[str, ...]) -> str:
                   demo=pick_and_place_demo(toolbox))
 
 
+# What the classes rules route by mean, for the model that names an object's class: with these, the local
+# model named 70 of 72 of MAGMA's renamed kitchen types right (a stein was food), against 65 with the bare
+# names (a mango was dishware in held-out table_cleaning SimpleDefinition@112, and into the washing machine).
+CLASS_GLOSSES = {"food": "something people eat (a fruit, a vegetable)",
+                 "dishware": "something people eat or drink from (a vessel, a container)"}
+
+
+def class_prompt(classes: Sequence[str]) -> str:
+    if all(cls in CLASS_GLOSSES for cls in classes):
+        return "Name the class of each object. " + " ".join(f"{cls}: {CLASS_GLOSSES[cls]}." for cls in classes)
+    return f"Name the class of each object: {' or '.join(classes)}."
+
+
 def _which_class(kind: str) -> str:
     noun = kind.replace("_", " ")
     return f"Which class is {'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}?"
@@ -704,7 +717,7 @@ class MagmaPolicy(Policy):
         if len(classes) < 2 or sibling_home(state.held, state.scene, exclude=(clearing,) if clearing else ()):
             return None
         kind = stem(state.held)
-        dialogue = [Message("system", f"Name the class of each object: {' or '.join(classes)}.")]
+        dialogue = [Message("system", class_prompt(classes))]
         for example, cls in class_examples(state.scene, rules, classes):
             dialogue += [Message("user", _which_class(example)), Message("assistant", json.dumps({"class": cls}))]
         dialogue.append(Message("user", _which_class(kind)))
