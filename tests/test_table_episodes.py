@@ -107,7 +107,7 @@ class TableRoom(MagmaNames):
         self.held = None
 
 
-def fair_puts(room: TableRoom, start: int) -> None:
+def check_puts(room: TableRoom, start: int) -> None:
     """MAGMA's _verify_put_destinations over the stage's puts."""
     for thing, dirty, target in room.puts[start:]:
         food = thing in room.food
@@ -131,7 +131,7 @@ def stage_goal(spec: dict[str, Any]) -> Any:
                 for thing in spec["active"]:
                     room.where[thing] = "food_storage" if thing in room.food else "dish_storage"
                     room.dirty.discard(thing)
-        fair_puts(room, mark["puts"])
+        check_puts(room, mark["puts"])
         if spec["kind"] == "WipeStage":  # a wipe, and the next put is the sponge on the table
             tools = room.done[mark["done"]:]
             if "wipe" not in tools or "put" not in tools[tools.index("wipe"):]:

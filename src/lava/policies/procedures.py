@@ -146,9 +146,9 @@ def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
 
 # "for Lee and Clark", "for Jackson, Alexis, and Perez" (the serial comma too).
 _FOR_PEOPLE = re.compile(r"\bfor\s+(?P<who>[A-Z][\w'-]*(?:\s*(?:,\s*and\b|,|\band\b)\s*[A-Z][\w'-]*)*)")
-
-
 _WANTING = re.compile(r"\b(?P<who>[A-Z][a-z][\w'-]*)\s+(?:wants|would like)\b")  # "Philippe wants a black coffee"
+
+
 _DO_NOT = re.compile(r"^\s*(?:please\s+)?(?:do not|don't|never)\b", re.I)
 
 
@@ -478,7 +478,12 @@ def refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[s
     coffee" after "There are no black capsules left for now"): whom a refusal names, as MAGMA's judge
     wants it ("inform that Philippe cannot be served because black coffee is unavailable")."""
     found = read(rules, toolbox, attributes)
-    if found is None or not (valued := [t for t in found.tools if t.params]) or not _about_people(found.known, toolbox):
+    return _refused(found, rules, request, results) if found is not None and _about_people(found.known, toolbox) \
+        else []
+
+
+def _refused(found: Reading, rules: Sequence[str], request: str, results: Sequence[str]) -> list[str]:
+    if not (valued := [t for t in found.tools if t.params]):
         return []
     choices = _choices(valued[0], found.names, found.known)
     wanting = [m["who"] for m in _WANTING.finditer(request)
@@ -495,10 +500,9 @@ def after_refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Map
     while black is gone, then "Use milky coffee instead for Theo. Please make first the coffee for
     Camille and then the one for Theo."): the message, with what the refused request said of the people
     it names and gives nothing (Camille wants milky). None when it needs nothing from the refused one."""
-    if not refused_people(rules, toolbox, attributes, refused, results):
-        return None
     found = read(rules, toolbox, attributes)
-    assert found is not None  # refused_people read it
+    if found is None or not _about_people(found.known, toolbox) or not _refused(found, rules, refused, results):
+        return None
     choices = _choices(next(t for t in found.tools if t.params), found.names, found.known)
     carried = [f"{person} wants {value}." for person in people(message, found.names)
                if preference(person, message, found.known, choices, results) is None
