@@ -77,13 +77,24 @@ class Stage:
 
 
 class MagmaNames:
-    """A compiled episode's tools in its semantic variation's names (MAGMA-GEN renames tools and their
-    parameters), and MAGMA's own name of each: what a world needs to answer like MAGMA's tools."""
+    """A world for a compiled episode's tools, in its semantic variation's names (MAGMA-GEN renames tools
+    and their parameters): `run` records each call and hands it to `answer` in MAGMA's own names."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.tools = [CANCEL, *spec["tools"]]
         self.magma: dict[str, tuple[str, dict[str, str]]] = {name: (same[0], same[1])
                                                              for name, same in spec["magma_names"].items()}
+        self.calls: list[str] = []
+
+    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
+        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
+        if (call := self.magma_call(name, arguments)) is None:
+            return False, f"{name} is not a known tool."
+        return self.answer(*call)
+
+    def answer(self, name: str, arguments: dict) -> tuple[bool, str]:
+        """The tool's result, as MAGMA words it, for a call in MAGMA's own names."""
+        raise NotImplementedError
 
     def named(self, magma_name: str) -> str:
         """This episode's name for the tool MAGMA calls `magma_name`."""

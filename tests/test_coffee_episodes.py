@@ -37,13 +37,8 @@ class TeamCoffeeMachine(MagmaNames):
         self.teams: dict[str, list[str]] = spec["teams"]
         self.mug, self.pods = False, []
         self.coffees: list[str | None] = []  # per press: the capsule of a well made coffee, None otherwise
-        self.calls: list[str] = []
 
-    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
-        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
-        if (call := self.magma_call(name, arguments)) is None:
-            return False, f"{name} is not a known tool."
-        name, a = call
+    def answer(self, name: str, a: dict) -> tuple[bool, str]:
         if name == "place_mug":
             self.mug = True
             return True, "You have placed the mug."

@@ -37,13 +37,8 @@ class LaundryRoom(MagmaNames):
         self.held: str | None = None
         self.machine: list[str] = []
         self.washes: list[tuple[list[str], list[str]]] = []  # (clothes, detergents): action_wash's log
-        self.calls: list[str] = []
 
-    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
-        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
-        if (call := self.magma_call(name, arguments)) is None:
-            return False, f"{name} is not a known tool."
-        name, a = call
+    def answer(self, name: str, a: dict) -> tuple[bool, str]:
         if name == "take":
             thing = a.get("name")
             if thing not in self.things:

@@ -47,19 +47,14 @@ class TableRoom(MagmaNames):
         self.held: str | None = None
         self.done: list[str] = []  # MAGMA's log: the tools that succeeded, in order
         self.puts: list[tuple[str, bool, str]] = []  # (object, dirty, target) of each put
-        self.calls: list[str] = []
 
-    def run(self, name: str, arguments: dict) -> tuple[bool, str]:
-        self.calls.append(f"{name}({', '.join(map(str, arguments.values()))})")
-        if (call := self.magma_call(name, arguments)) is None:
-            return False, f"{name} is not a known tool."
-        name, a = call
-        ok, message = self.answer(name, a)
+    def answer(self, name: str, a: dict) -> tuple[bool, str]:
+        ok, message = self.result(name, a)
         if ok:
             self.done.append(name)
         return ok, message
 
-    def answer(self, name: str, a: dict) -> tuple[bool, str]:
+    def result(self, name: str, a: dict) -> tuple[bool, str]:
         if name == "detect":
             listed = [f" {place} contain {', '.join(things)}." for place in PLACES
                       if (things := [o for o, p in self.where.items() if p == place])]
