@@ -54,7 +54,8 @@ class LabelledDepot(Depot):
     def __init__(self, reception: list[str], storage: list[str], broken: list[str]) -> None:
         super().__init__(reception, storage, broken)
         self.service: dict[str, str] = {}  # robot or bay -> the service of the package it holds or has
-        self.validated: list[tuple[str, str, str, str, Counter]] = []  # each label: order, name, city, bay, products
+        # Each label attached: order, name, city, bay, the package's product kinds, its service.
+        self.labelled: list[tuple[str, str, str, str, Counter, str]] = []
 
     def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
         at = self.at[robot]
@@ -65,7 +66,7 @@ class LabelledDepot(Depot):
             self.service[at] = self.service.pop(robot)
         elif ok and name == "attach_shipping_label":
             products = Counter(p.rsplit("_", 1)[0] for p in self.dropped[at])
-            self.validated.append((args["order_id"], args["name"], args["city"], at, products,
+            self.labelled.append((args["order_id"], args["name"], args["city"], at, products,
                                    self.service.get(at, "")))
         return ok, message
 
@@ -118,7 +119,7 @@ def objectives(depot: LabelledDepot, stage: dict[str, Any]) -> int:
         service, wanted = delivery["service"], Counter(delivery["products"])
         met += any(order == delivery["order_id"] and name == delivery["name"] and city == delivery["city"]
                    and bay.startswith(f"{service}_bay_") and package == service and products == wanted
-                   for order, name, city, bay, products, package in depot.validated)
+                   for order, name, city, bay, products, package in depot.labelled)
     return met
 
 
