@@ -137,6 +137,23 @@ def one_call(number: int, decision: dict) -> dict | None:
     return call
 
 
+def agent(tools: list[dict], attributes: dict[str, Any], rules: list[str]) -> Callable[[dict], dict]:
+    """MagmaPolicy behind the engine, the model failing if asked: `decide(instruction)` answers one input
+    and carries the memory to the next. `attributes` is read at every turn (robot_statuses change)."""
+    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
+    memory: dict = {"memory_list": list(rules), "history": []}
+
+    def decide(instruction: dict) -> dict:
+        nonlocal memory
+        entry = user_input(instruction["content"], memory=memory, tools=tools, attributes=attributes)
+        entry["instruction"] = instruction
+        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
+        assert out["status"] == "completed", out["error"]
+        memory = out["memory"]
+        return out["output"]
+    return decide
+
+
 def episode(world: World, stages: list[Stage], rules: list[str], model: Model = no_model,
             hold: Hold = one_call) -> tuple[list[str], Asked]:
     """Play the stages in order, failing on any broken expectation; returns what was said in words

@@ -15,7 +15,6 @@ Unlike a real run, the next instruction never arrives while a call is held, as i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
@@ -23,13 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import user_input
-from episodes import CANCEL, no_model
-from lava.backends.scripted import FunctionBackend
-from lava.engine import Engine
-from lava.policies.magma import MagmaPolicy
-from lava.protocol import AgentRequest
-from lava.settings import Settings
+from episodes import CANCEL, agent
 from test_zones import BiWorld
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "bi_robot_episodes.json").read_text())
@@ -62,17 +55,7 @@ def test_magma_bi_robot_episode(spec: dict[str, Any]) -> None:
     tools = [CANCEL, *spec["tools"]]
     robots = spec["attributes"]["known_robots"]
     attributes = {**spec["attributes"], "robot_statuses": dict.fromkeys(robots, "FREE")}
-    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
-    memory: dict = {"memory_list": list(spec["memory_list"]), "history": []}
-
-    def decide(instruction: dict) -> dict:
-        nonlocal memory
-        entry = user_input(instruction["content"], memory=memory, tools=tools, attributes=attributes)
-        entry["instruction"] = instruction
-        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-        assert out["status"] == "completed", out["error"]
-        memory = out["memory"]
-        return out["output"]
+    decide = agent(tools, attributes, spec["memory_list"])
 
     def run(decision: dict) -> dict:
         robots_called = [c["target_robot_name"] for c in decision["tool_calls"]]

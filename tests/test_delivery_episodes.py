@@ -21,7 +21,6 @@ dropped by the next answer, as MAGMA's skill manager does.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections import Counter
@@ -30,13 +29,7 @@ from typing import Any
 
 import pytest
 
-from conftest import user_input
-from episodes import CANCEL, no_model, running
-from lava.backends.scripted import FunctionBackend
-from lava.engine import Engine
-from lava.policies.magma import MagmaPolicy
-from lava.protocol import AgentRequest
-from lava.settings import Settings
+from episodes import CANCEL, agent, running
 from test_returns import ROBOTS, TYPES, Depot
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "delivery_episodes.json").read_text())
@@ -136,17 +129,7 @@ def test_magma_delivery_episode(spec: dict[str, Any]) -> None:
     tools = [CANCEL, *spec["tools"]]
     attributes = {**spec["attributes"], "known_robots": ROBOTS, "robot_statuses": dict.fromkeys(ROBOTS, "FREE")}
     held: list[dict] = []  # the calls MAGMA holds while the next request arrives
-    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
-    memory: dict = {"memory_list": list(spec["memory_list"]), "history": []}
-
-    def decide(instruction: dict) -> dict:
-        nonlocal memory
-        entry = user_input(instruction["content"], memory=memory, tools=tools, attributes=attributes)
-        entry["instruction"] = instruction
-        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-        assert out["status"] == "completed", out["error"]
-        memory = out["memory"]
-        return out["output"]
+    decide = agent(tools, attributes, spec["memory_list"])
 
     def run(calls: list[dict]) -> dict:
         lines, previous = [], {}
