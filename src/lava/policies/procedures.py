@@ -478,12 +478,13 @@ def refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Mapping[s
     coffee" after "There are no black capsules left for now"): whom a refusal names, as MAGMA's judge
     wants it ("inform that Philippe cannot be served because black coffee is unavailable")."""
     found = read(rules, toolbox, attributes)
-    return _refused(found, rules, request, results) if found is not None and _about_people(found.known, toolbox) \
-        else []
+    return [] if found is None else _refused(found, rules, toolbox, request, results)
 
 
-def _refused(found: Reading, rules: Sequence[str], request: str, results: Sequence[str]) -> list[str]:
-    if not (valued := [t for t in found.tools if t.params]):
+def _refused(found: Reading, rules: Sequence[str], toolbox: ToolBox, request: str, results: Sequence[str]
+             ) -> list[str]:
+    """`refused_people`, with the rules read already."""
+    if not _about_people(found.known, toolbox) or not (valued := [t for t in found.tools if t.params]):
         return []
     choices = _choices(valued[0], found.names, found.known)
     wanting = [m["who"] for m in _WANTING.finditer(request)
@@ -501,7 +502,7 @@ def after_refused_people(rules: Sequence[str], toolbox: ToolBox, attributes: Map
     Camille and then the one for Theo."): the message, with what the refused request said of the people
     it names and gives nothing (Camille wants milky). None when it needs nothing from the refused one."""
     found = read(rules, toolbox, attributes)
-    if found is None or not _about_people(found.known, toolbox) or not _refused(found, rules, refused, results):
+    if found is None or not _refused(found, rules, toolbox, refused, results):
         return None
     choices = _choices(next(t for t in found.tools if t.params), found.names, found.known)
     carried = [f"{person} wants {value}." for person in people(message, found.names)
@@ -610,8 +611,7 @@ class ProceduresSkill:
             from .magma import refusal
             gone = unavailable(rules, " ".join([state.request, *(s.value for s in steps if s.value)]))
             if gone is not None:
-                return refusal(state, gone, refused_people(rules, situation.toolbox, situation.attributes,
-                                                           state.request, results))
+                return refusal(state, gone, _refused(found, rules, situation.toolbox, state.request, results))
         if step is None:
             from .magma import completion_message
             notes.pop("asked", None)  # answered and done: a later request naming a value is a new one
