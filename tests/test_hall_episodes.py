@@ -15,21 +15,14 @@ played by the warehouse episodes (episodes.py) and the halls tests, not here.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import user_input
-from episodes import feedback, same_answer
-from lava.backends.scripted import FunctionBackend
-from lava.engine import Engine
-from lava.policies.magma import MagmaPolicy
-from lava.protocol import AgentRequest
-from lava.settings import Settings
-from test_halls import TOOLS, HallWorld, no_model
+from episodes import agent, feedback, same_answer
+from test_halls import TOOLS, HallWorld
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "hall_episodes.json").read_text())
 
@@ -51,17 +44,7 @@ def met(world: HallWorld, stage: dict[str, Any]) -> bool:
 def test_magma_hall_episode(spec: dict[str, Any]) -> None:
     world = HallWorld(spec["halls"])
     attributes = {**spec["attributes"], "robot_statuses": dict.fromkeys(spec["attributes"]["known_robots"], "FREE")}
-    eng = Engine(MagmaPolicy(FunctionBackend(no_model), Settings(backend="scripted")))
-    memory: dict = {"memory_list": list(spec["memory_list"]), "history": []}
-
-    def decide(instruction: dict) -> dict:
-        nonlocal memory
-        entry = user_input(instruction["content"], memory=memory, tools=TOOLS, attributes=attributes)
-        entry["instruction"] = instruction
-        (out,) = asyncio.run(eng.respond(AgentRequest.model_validate({"request_id": "r", "inputs": [entry]})))
-        assert out["status"] == "completed", out["error"]
-        memory = out["memory"]
-        return out["output"]
+    decide = agent(TOOLS, attributes, spec["memory_list"])
 
     result = None  # the feedback of the last call
     for number, stage in enumerate(spec["stages"]):
