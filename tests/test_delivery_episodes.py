@@ -35,9 +35,13 @@ from test_returns import ROBOTS, TYPES, Depot
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "delivery_episodes.json").read_text())
 # Where lava's schedule spends one call more than MAGMA's budget: known, and expected to fail until fixed.
 DETOUR = "preparation_robot_b stands on textile_spot, found by a refused move; going round it costs one call too many"
-SPOT = "the reception robot's return stands on the spot the delivery needs next; it steps aside, one call too many"
+# The one clean return's kind is one the delivery takes, and its storage grid holds enough of it from the
+# start: that objective is met before any call, so the broken one's discard ends two stages at once, and
+# the last stage holds the whole delivery (a look at each spot) and the return's storage: 17 calls for 15.
+COLLAPSE = "the returns' objective is met from the start: the last stage holds the delivery and the storage"
 OVER_BUDGET = {"AdvancedDeliveryDefinition@113": DETOUR, "SimpleReceptionDeliveryDefinition@113": DETOUR,
-               "SimpleReceptionDeliveryDefinition@126": DETOUR, "SimpleReceptionDeliveryDefinition@119": SPOT}
+               "SimpleReceptionDeliveryDefinition@126": DETOUR, "SimpleReceptionDeliveryDefinition@119": COLLAPSE,
+               "SimpleReceptionDeliveryDefinition@317": COLLAPSE, "SimpleReceptionDeliveryDefinition@328": COLLAPSE}
 
 
 class LabelledDepot(Depot):
@@ -117,7 +121,9 @@ def objectives(depot: LabelledDepot, stage: dict[str, Any]) -> int:
 
 
 def plain(text: str) -> str:
-    return re.sub(r",? and ", " and ", text.strip().rstrip(".").lower())
+    # MAGMA's storage count says "There are 1 electronics product instance": the judge reads "There is 1".
+    text = re.sub(r"^there are 1 ", "there is 1 ", text.strip().rstrip(".").lower())
+    return re.sub(r",? and ", " and ", text)
 
 
 @pytest.mark.parametrize("spec", [
@@ -198,5 +204,5 @@ def test_the_episodes_cover_both_definitions_returns_deliveries_and_questions() 
                                                                "SimpleReceptionDeliveryDefinition"}
     kinds = {s["kind"] for e in EPISODES for s in e["stages"]}
     assert {"AtLeastCompletedObjectivesStage", "AskPendingReturnsCountStage", "AskDeliveryDetailsStage",
-            "AskDeliveryServiceCountsStage"} <= kinds
+            "AskDeliveryServiceCountsStage", "AskStorageProductCountStage"} <= kinds
     assert any(s.get("deliveries") for e in EPISODES for s in e["stages"])
