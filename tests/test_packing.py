@@ -530,6 +530,30 @@ def test_an_urgent_order_sets_the_begun_package_aside_and_the_interrupted_order_
     assert said
 
 
+def test_an_urgent_order_wanting_what_the_begun_package_holds_still_takes_an_empty_one() -> None:
+    # MAGMA-GEN delivery_box MultiOrderDelivery@116: package_1 held with the brets of order 001 when the urgent
+    # order 002 (1 icetea, 2 brets) came; its brets fitted 002, so lava packed 002 on top of it, and MAGMA's
+    # next stage (an empty package held for the urgent order) was never met.
+    world = PackageWorld(["icetea_2", "donut_1", "brets_2", "coca_1", "icetea_1", "brets_1", "donut_2", "coca_2",
+                          "brets_3"])
+
+    def holding(*types: str) -> Callable[[PackageWorld], bool]:
+        return lambda w: w.package is not None and sorted(p.rsplit("_", 1)[0] for p in w.contents[w.package]) == \
+            sorted(types)
+
+    said = episode(world, [
+        Stage("Prepare order 001: 1 brets, 1 coca, 1 icetea.", holding(), budget=6),
+        Stage(None, holding("brets"), budget=8),
+        Stage("Urgent interruption: a new order has arrived: order 002: 1 icetea, 2 brets. Stop the current order, "
+              "complete this new order first, then resume the interrupted order.", holding(), budget=8),
+        Stage(None, completed(1), budget=20),
+        Stage(None, completed(2), budget=20, answer=True),
+    ], ["All products from the same order must be placed in the same package."])
+    assert world.marked() == {"002": {"icetea": 1, "brets": 2}, "001": {"brets": 1, "coca": 1, "icetea": 1}}
+    assert [package for package, _, _ in world.marks] == ["package_2", "package_1"]  # 001 took its package back
+    assert said
+
+
 def test_the_rules_that_keep_foods_apart_are_read_as_they_stand() -> None:
     # Every form of MAGMA's incompatibility rules; a replacing rule drops the pair it names first.
     rules = ["Do not place apple and juice on the same tray.",

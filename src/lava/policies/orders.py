@@ -81,9 +81,13 @@ def _station(values: Sequence[str], tool: ToolSpec) -> str | None:
 
 
 def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: str,
-                    done: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]], robot: str
-                    ) -> tuple[str, dict[str, str]] | str | None:
-    """The next (tool, arguments), "done" when every order is marked, None when this is not such a task."""
+                    done: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]], robot: str,
+                    own: int | None = None) -> tuple[str, dict[str, str]] | str | None:
+    """The next (tool, arguments), "done" when every order is marked, None when this is not such a task.
+
+    `own`: for an urgent request that interrupted another, how many of the last calls are its own. A box
+    the interrupted request began is that request's, even when what it holds would fit the urgent order
+    (MAGMA-GEN delivery_box MultiOrderDelivery@116: a brets put for order 001, then 002 wanting brets)."""
     tools = order_tools(toolbox)
     if tools is None:
         return None
@@ -113,6 +117,7 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
     contents: dict[str, Counter[str]] = {}
     taken: set[str] = set()
     marked: set[str] = set()
+    others: set[str] = set()  # boxes the interrupted request began
     for index, call in enumerate(done):
         args = call.get("arguments") or {}
         if tools.move and call["name"] == tools.move.name:
@@ -124,11 +129,14 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
             last_take = next((c for c in reversed(done[:index]) if c["name"] == tools.take.name), None)
             if last_take:
                 contents.setdefault(held_box, Counter())[next(iter(last_take["arguments"].values()))] += 1
+                if own is not None and index < len(done) - own:
+                    others.add(held_box)
         elif call["name"] == tools.drop_box.name:
             held_box = None
         elif call["name"] == tools.mark.name:
             marked.add(args.get(order_param))
             contents.pop(args.get(package_param), None)  # marking hands its products over: the box is empty
+            others.discard(args.get(package_param))
     refused = {(c.get("arguments") or {}).get(box_param) for c in failed if c["name"] == tools.take_box.name}
 
     def go(station: str | None) -> tuple[str, dict[str, str]] | None:
@@ -143,11 +151,11 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
     wanted = Counter(units)
 
     def fits(box: str | None) -> bool:  # what the box holds is part of this order
-        return box is not None and not contents.get(box, Counter()) - wanted
+        return box is not None and box not in others and not contents.get(box, Counter()) - wanted
 
     last = done[-1]["name"] if done else None
     if held_box is None:
-        complete = [b for b in box_names if contents.get(b) == wanted]
+        complete = [b for b in box_names if contents.get(b) == wanted and b not in others]
         if complete:  # dropped full: marked next
             return tools.mark.name, {package_param: complete[0], order_param: order}
         if (step := go(box_station)) is not None:
@@ -185,8 +193,9 @@ class OrdersSkill:
         robots = situation.toolbox.robots or ("robot",)
         if len(robots) > 1 or state.failures_in_row >= 3:
             return None
+        urgent = state.suspended is not None and not state.suspended.get("question")
         step = next_order_call(situation.toolbox, situation.attributes, state.request, state.episode_calls,
-                               state.failed, robots[0])
+                               state.failed, robots[0], len(state.done_calls) if urgent else None)
         if step is None:
             return None
         if step == "done":
