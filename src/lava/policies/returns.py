@@ -777,7 +777,7 @@ class ReturnsSkill:
             # a delivery's product that fell was replaced by another of its kind: only returns are missing
             returned = set(notes.get("reception") or ())
             lost = {p: into for p, into in (notes.get("lost") or {}).items() if p in returned}
-            gone = notes.get("gone")
+            gone = {p: where for p, where in (notes.get("gone") or {}).items() if p in returned}
             if lost or gone:
                 return AgentDecision(say=lost_said(lost, gone))
             from .magma import completion_message  # the policy's own wording; imported late (cycle)
