@@ -35,8 +35,8 @@ from test_packing import PackageWorld
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "delivery_box_episodes.json").read_text())
 
 
-class Depot(MagmaNames):
-    """PackageWorld, in the episode's tool names."""
+class Station(MagmaNames):
+    """The product and package stations (PackageWorld), in the episode's tool names."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         super().__init__(spec)
@@ -51,15 +51,15 @@ def recipe(products: dict[str, int]) -> Counter:
     return Counter({kind: n for kind, n in products.items() if n})
 
 
-def validated(orders: list[dict], depot: Depot) -> int:
+def validated(orders: list[dict], station: Station) -> int:
     """MAGMA's `_validated_assignment_count`: the orders marked, failing on a wrong mark of one of them."""
     wanted = {order["manufacturing_order"]: recipe(order["products"]) for order in orders}
     done, packages = set(), set()
-    for package, order, products in depot.world.marks:
+    for package, order, products in station.world.marks:
         if order not in wanted:
             continue
         assert order not in done and package not in packages and products == wanted[order], \
-            f"{package} marked {order} with {dict(products)}, wanted {dict(wanted[order])}: {depot.calls}"
+            f"{package} marked {order} with {dict(products)}, wanted {dict(wanted[order])}: {station.calls}"
         done.add(order)
         packages.add(package)
     return len(done)
@@ -71,29 +71,29 @@ class MarkedOnce:
     def __init__(self, order: dict) -> None:
         self.order, self.start = order, None
 
-    def __call__(self, depot: Depot) -> bool:
-        marks = depot.world.marks
+    def __call__(self, station: Station) -> bool:
+        marks = station.world.marks
         if self.start is None:
             self.start = len(marks)
         new = marks[self.start:]
-        assert len(new) <= 1, f"marked {len(new)} packages in one stage: {depot.calls}"
+        assert len(new) <= 1, f"marked {len(new)} packages in one stage: {station.calls}"
         if not new:
             return False
         _, order, products = new[0]
         assert (order, products) == (self.order["manufacturing_order"], recipe(self.order["products"])), \
-            f"marked {order} with {dict(products)}, wanted {self.order}: {depot.calls}"
+            f"marked {order} with {dict(products)}, wanted {self.order}: {station.calls}"
         return True
 
 
-def held_products(depot: Depot, products: dict[str, int]) -> int:
-    world = depot.world
+def held_products(station: Station, products: dict[str, int]) -> int:
+    world = station.world
     if world.package is None:
         return 0
     inside = Counter(p.rsplit("_", 1)[0] for p in world.contents[world.package])
     return sum(min(inside[kind], n) for kind, n in products.items())
 
 
-def play(spec: dict[str, Any], depot: Depot) -> Stage:
+def play(spec: dict[str, Any], station: Station) -> Stage:
     say, kind, budget = spec["say"], spec["kind"], spec.get("budget", 0)
     if kind == "AtLeastPackageCompletedStage":
         orders, minimum = spec["orders"], spec["minimum"]
@@ -106,20 +106,20 @@ def play(spec: dict[str, Any], depot: Depot) -> Stage:
         return Stage(say, lambda d: held_products(d, products) >= minimum, budget=budget)
     if kind == "ValidatePackageStage":
         return Stage(say, MarkedOnce(spec["order"]), budget=budget)
-    lookups = frozenset(depot.named(name) for name in spec.get("lookups", ()))
+    lookups = frozenset(station.named(name) for name in spec.get("lookups", ()))
     return Stage(say, lookups=lookups, budget=budget)
 
 
 @pytest.mark.parametrize("spec", EPISODES, ids=[e["episode"] for e in EPISODES])
 def test_magma_delivery_box_episode(spec: dict[str, Any]) -> None:
-    depot = Depot(spec)
-    stages = [play(s, depot) for s in spec["stages"]]
-    said, asked = episode(depot, stages, spec["memory_list"])
+    station = Station(spec)
+    stages = [play(s, station) for s in spec["stages"]]
+    said, asked = episode(station, stages, spec["memory_list"])
     in_words = [s for s, stage in zip(spec["stages"], stages, strict=True) if not stage.acts]
     for wanted, words in zip(in_words, said, strict=True):
         if wanted["kind"] == "ConstraintBaseStage":
             assert acknowledged(words, wanted["say"]), words
-    assert depot.world.held is None, f"{depot.world.held} left in the gripper"
+    assert station.world.held is None, f"{station.world.held} left in the gripper"
     assert not asked
 
 
