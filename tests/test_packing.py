@@ -26,7 +26,7 @@ from lava.policies.demos import finisher
 from lava.policies.goals import default_recipe, kept_apart, read_recipe, tray_clash
 from lava.policies.intent import heuristic_intent
 from lava.policies.magma import MagmaPolicy
-from lava.policies.orders import read_orders
+from lava.policies.orders import promoted, promotion, read_orders
 from lava.protocol import AgentRequest
 from lava.settings import Settings
 from lava.tools import ToolBox
@@ -552,6 +552,39 @@ def test_an_urgent_order_wanting_what_the_begun_package_holds_still_takes_an_emp
     assert world.marked() == {"002": {"icetea": 1, "brets": 2}, "001": {"brets": 1, "coca": 1, "icetea": 1}}
     assert [package for package, _, _ in world.marks] == ["package_2", "package_1"]  # 001 took its package back
     assert said
+
+
+GIFT = "For each future order, add one brets as a free gift."
+THIRD = ("For every future order that initially contains exactly two units of the same product, add a third unit "
+         "of that product for free.")
+
+
+@pytest.mark.parametrize(("rule", "marked"), [
+    (GIFT, {"001": {"coca": 2, "brets": 1}, "002": {"donut": 1, "brets": 1}}),
+    (THIRD, {"001": {"coca": 3}, "002": {"donut": 1}}),
+])
+def test_a_promotion_given_before_a_request_changes_its_orders(rule: str, marked: dict) -> None:
+    # MAGMA-GEN delivery_box with longer episodes (--max-tool-calls 60): a promotion rule, then orders stated
+    # without it; MAGMA's marks must count the gift, or the third unit. lava used to pack the orders as stated.
+    world = PackageWorld(["coca_1", "coca_2", "coca_3", "brets_1", "donut_1", "brets_2", "icetea_1"])
+    said = episode(world, [
+        Stage(rule),
+        Stage("Prepare the following 2 order(s) using different packages: order 001: 2 coca; order 002: 1 donut",
+              completed(2), budget=40, answer=True),
+        Stage("Forget the currently active promotion rule."),
+        Stage("Prepare the following 1 order(s) using different packages: order 003: 1 brets", completed(3),
+              budget=12, answer=True),
+    ], ["All products from the same order must be placed in the same package."])
+    assert world.marked() == {**marked, "003": {"brets": 1}}  # forgotten: the next order as stated
+    assert len(said) == 4
+
+
+def test_the_promotion_in_force_is_the_latest_rule_that_gives_one() -> None:
+    assert promotion(["Products are available in the product area.", GIFT, THIRD]) == THIRD
+    assert promotion(["Products are available in the product area."]) is None
+    assert promoted(["coca", "coca", "donut"], GIFT, ["coca", "brets", "donut"]) == ["coca", "coca", "donut", "brets"]
+    assert promoted(["coca", "coca", "donut"], THIRD, ["coca", "donut"]) == ["coca", "coca", "donut", "coca"]
+    assert promoted(["coca"], THIRD, ["coca"]) == ["coca"]
 
 
 def test_the_rules_that_keep_foods_apart_are_read_as_they_stand() -> None:

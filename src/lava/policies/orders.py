@@ -8,6 +8,12 @@ that succeeded in the episode, so an interruption that appends an order ("New re
 after the current orders: order 003: ...") only adds work, and an urgent order ("Stop the current
 order, complete this new order first, then resume the interrupted order") sets the box begun for
 the interrupted one aside, which that order takes back afterwards.
+
+A promotion the user gave before a request changes its orders: "For each future order, add one brets
+as a free gift." adds a brets to each; "For every future order that initially contains exactly two
+units of the same product, add a third unit of that product for free." makes each pair three. The
+request states the orders without it, as MAGMA's generator words them; its checks count it.
+"Forget the currently active promotion rule." forgets it (TaskState.remember_rule).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ _TAKE = frozenset(("take", "collect", "pick", "get", "grab"))
 _DROP = frozenset(("drop", "release", "return", "down", "deposit"))
 _MOVE = frozenset(("move", "navigate", "go", "goto"))
 _MARK = re.compile(r"order|reference|label|mark|assign", re.I)
+_GIFT = re.compile(r"\b(?:each|every|all)\b.*\borders?\b.*\badd\s+(?:one|a|an|1)\s+(?P<what>[A-Za-z][\w-]*)\s+"
+                   r"(?:as\s+an?\s+)?(?:free\s+)?gift\b", re.I)
+_THIRD = re.compile(r"\b(?:each|every|all)\b.*\borders?\b.*\bexactly\s+two\s+units?\b.*\bthird\s+unit\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,23 @@ def read_orders(request: str, products: Sequence[str]) -> list[tuple[str, list[s
     return orders
 
 
+def promotion(rules: Sequence[str]) -> str | None:
+    """The promotion in force: the latest rule that gives one (only one is active at a time)."""
+    return next((rule for rule in reversed(rules) if _GIFT.search(rule) or _THIRD.search(rule)), None)
+
+
+def promoted(units: list[str], rule: str | None, products: Sequence[str]) -> list[str]:
+    """An order's units with the promotion `rule` applied: a gift added, or each pair made three."""
+    if rule is None:
+        return units
+    known = {p.lower(): p for p in products}
+    if (gift := _GIFT.search(rule)) and gift["what"].lower() in known:
+        return [*units, known[gift["what"].lower()]]
+    if _THIRD.search(rule):
+        return [*units, *(kind for kind, n in Counter(units).items() if n == 2)]
+    return units
+
+
 def _station(values: Sequence[str], tool: ToolSpec) -> str | None:
     """The move value sharing a word with what a tool handles (take_box -> packages_slot)."""
     nouns = tool_words(tool) - _TAKE - _DROP
@@ -82,12 +108,14 @@ def _station(values: Sequence[str], tool: ToolSpec) -> str | None:
 
 def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: str,
                     done: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]], robot: str,
-                    own: int | None = None) -> tuple[str, dict[str, str]] | str | None:
+                    own: int | None = None, promotion: str | None = None
+                    ) -> tuple[str, dict[str, str]] | str | None:
     """The next (tool, arguments), "done" when every order is marked, None when this is not such a task.
 
     `own`: for an urgent request that interrupted another, how many of the last calls are its own. A box
     the interrupted request began is that request's, even when what it holds would fit the urgent order
-    (MAGMA-GEN delivery_box MultiOrderDelivery@116: a brets put for order 001, then 002 wanting brets)."""
+    (MAGMA-GEN delivery_box MultiOrderDelivery@116: a brets put for order 001, then 002 wanting brets).
+    `promotion`: the promotion rule in force when the request began, applied to its orders."""
     tools = order_tools(toolbox)
     if tools is None:
         return None
@@ -95,7 +123,8 @@ def next_order_call(toolbox: ToolBox, attributes: Mapping[str, Any], request: st
     product_attr = next((k for k, vs in values.items() if read_orders(request, vs)), None)
     if product_attr is None:
         return None
-    orders = read_orders(request, values[product_attr])
+    orders = [(order, promoted(units, promotion, values[product_attr]))
+              for order, units in read_orders(request, values[product_attr])]
     box_param, mark_params = tools.take_box.params[0].name, [p.name for p in tools.mark.params]
     box_names = next((vs for k, vs in values.items() if words(k) & _BOX), [])
     # By name first: a package parameter may be described as "Box to associate with the order".
@@ -187,7 +216,14 @@ class OrdersSkill:
     name = "orders"
 
     def observe(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> None:
-        return None  # progress is replayed from the calls that succeeded (TaskState.episode_calls)
+        # Progress is replayed from the calls that succeeded (TaskState.episode_calls). What is noted
+        # is the promotion in force when the request began: it holds for "future" orders only.
+        if notes.get("request") == state.request or order_tools(situation.toolbox) is None:
+            return
+        notes.clear()
+        notes["request"] = state.request
+        if rule := promotion([*situation.memory.memory_list, *state.rules]):
+            notes["promotion"] = rule
 
     def next(self, situation: Situation, state: TaskState, notes: dict[str, Any]) -> AgentDecision | None:
         robots = situation.toolbox.robots or ("robot",)
@@ -195,7 +231,8 @@ class OrdersSkill:
             return None
         urgent = state.suspended is not None and not state.suspended.get("question")
         step = next_order_call(situation.toolbox, situation.attributes, state.request, state.episode_calls,
-                               state.failed, robots[0], len(state.done_calls) if urgent else None)
+                               state.failed, robots[0], len(state.done_calls) if urgent else None,
+                               notes.get("promotion"))
         if step is None:
             return None
         if step == "done":
