@@ -1,6 +1,9 @@
 """MagmaPolicy played through delivery_box episodes that MAGMA's own generator compiled
-(MultiOrderDelivery, many seeds; fixtures/extract_magma_stages.py says how they were made): the
-generator is the ground truth for every order marked, every urgent order put first and every rule.
+(MultiOrderDelivery, many seeds, and longer episodes of several requests, "MultiOrderDelivery-long";
+fixtures/extract_magma_stages.py says how they were made): the generator is the ground truth for every
+order marked, every urgent order put first and every rule. In the longer episodes a promotion ("For each
+future order, add one brets as a free gift.") comes before orders stated without it, which MAGMA's checks
+count with it.
 
 Each episode starts from its skeleton's products on the table and its rules, with its variation's tools
 and MAGMA's delivery_tools messages (test_packing.PackageWorld: one robot, a product station and a
@@ -127,3 +130,7 @@ def test_the_episodes_cover_orders_urgent_orders_and_rules() -> None:
     kinds = {s["kind"] for e in EPISODES for s in e["stages"]}
     assert {"AtLeastPackageCompletedStage", "EmptyPackageTakenStage", "AtLeastProductsInHeldPackageStage",
             "ValidatePackageStage", "ConstraintBaseStage", "CompletionAnswerStage"} <= kinds
+    # Promotions of both kinds before an order stage of the same episode.
+    for words in ("free gift", "third unit"):
+        assert any(any(words in (s["say"] or "") for s in e["stages"][:i]) and stage["kind"].startswith(("AtLeast",
+                   "EmptyPackage")) for e in EPISODES for i, stage in enumerate(e["stages"])), words
