@@ -286,6 +286,14 @@ def cleared(request: str) -> str | None:
     return match["place"]
 
 
+def _restocked(gone: str, back: set[str]) -> bool:
+    """Whether what a restock named covers a thing said gone by the words that tell it apart: "white
+    coffee" is back with "We have white capsules again now." (what comes last names the kind of thing)."""
+    ordered = [w for token in re.findall(r"[A-Za-z][\w-]*", gone) for w in sorted(words(token))
+               if w not in _NOT_THE_THING and w not in _UNITS]
+    return len(ordered) > 1 and set(ordered[:-1]) <= back
+
+
 def unavailable(rules: Sequence[str], request: str) -> str | None:
     """A rule saying that something the request needs is gone ("There is no black coffee anymore",
     "We are out of white capsules until further notice"), unless a later one says it is back."""
@@ -300,7 +308,7 @@ def unavailable(rules: Sequence[str], request: str) -> str | None:
             for part in parts:
                 gone = words(part) - _NOT_THE_THING
                 gone = gone - _UNITS or gone  # "white capsules": white
-                if gone and gone <= wanted and not gone <= back:
+                if gone and gone <= wanted and not gone <= back and not _restocked(part, back):
                     return rule
     return None
 
