@@ -282,6 +282,24 @@ def test_make_coffee_002_coffees_asked_for_while_the_first_are_made_follow_them_
     assert not asked
 
 
+@pytest.mark.parametrize(("request_", "coffees"), [
+    ("Please make these coffees in this exact order: a coffee for Walker, a white coffee, a coffee for Merlin, "
+     "and a coffee for Scott.", ["milky", "white", "white", "milky"]),
+    ("Please make these coffees in this exact order: a black coffee, a coffee for Scott, and a coffee for Merlin.",
+     ["black", "milky", "white"]),
+])
+def test_coffees_listed_for_people_and_by_kind_are_made_in_the_order_listed(request_: str, coffees: list) -> None:
+    # MAGMA-GEN make_coffee SimpleDefinition@505 and @503 (longer episodes): Walker took the white coffee
+    # listed beside him, and the white coffee asked for no one was left out.
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Hey, please remember that Scott and Walker like their coffee milky, Merlin like their coffee white."),
+        Stage(request_, served(*coffees), budget=3 * len(coffees)),
+        Stage(None),  # CompletionAnswerStage
+    ], [COFFEE_RULE])
+    assert world.coffees == coffees and said[-1].startswith("Done") and not asked
+
+
 def test_a_priority_coffee_is_made_first_then_the_interrupted_order_resumes() -> None:
     # Held-out make_coffee SimpleDefinition@2: after the milky coffee lava said "Done." with one black
     # coffee of the order still to make.

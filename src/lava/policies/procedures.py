@@ -178,7 +178,14 @@ def preference(person: str, request: str, known: Sequence[Group], choices: Seque
     rule's group ("Lee like their coffee black"), else their team's, once a lookup reported the team
     ("Florent in team RAP" and "team RAP prefers milky coffee")."""
     own = re.compile(rf"(?<![\w-]){re.escape(person)}(?![\w-])")
+    # "a coffee for Walker, a white coffee, a coffee for Merlin": a coffee asked *for* someone, with no
+    # value in its own part, takes theirs, not the value of the item beside it (MAGMA-GEN make_coffee
+    # SimpleDefinition@505, a longer episode).
+    for_them = re.compile(rf"\bfor\s+(?:[\w-]+\s*(?:,|\band\b)\s*)*{re.escape(person)}(?![\w-])")
     for sentence in re.split(r"[.;!?]", request):
+        named = [part for part in sentence.split(",") if own.search(part)]
+        if named and all(for_them.search(part) and not mentioned(part, choices) for part in named):
+            continue
         # The narrowest part that names them and one value: the sentence ("Lee and Clark want black
         # coffee"), else its comma-separated parts, else those parts' "and" parts ("Jackson wants a
         # milky coffee, Alexis wants a milky coffee, and Perez wants a black coffee").
@@ -398,7 +405,8 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
     if valued and _about_people(known, toolbox) and (served := people(request, names)):
         # One unit per person, with what each one takes; none while one is not known.
         choices = _choices(valued[0], names, known)
-        units = [preference(p, request, known, choices, results) for p in served]
+        units = _mixed_units(request, served, choices) or served
+        units = [preference(u, request, known, choices, results) if u in served else u for u in units]
         if None in units:
             return None
         return [Step(t, value if t.params else None) for value in units for t in tools]
@@ -432,6 +440,25 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
 # "Ok, do 2 washes in this exact order: first wash briefs with detergent_TIDE, then wash gym_shorts
 # with detergent_GAIN." (MAGMA's answer to "These clothes require different detergents.").
 _THEN = re.compile(r",?\s*\b(?:and\s+)?then\b\s*", re.I)
+
+
+def _mixed_units(request: str, served: Sequence[str], choices: Sequence[str]) -> list[str] | None:
+    """People and plain values in the order one sentence lists them ("a coffee for Walker, a white coffee,
+    a coffee for Merlin, and a coffee for Scott": Walker, white, Merlin, Scott), when it lists at least one
+    value for no one; None otherwise (the people, in order, are the units)."""
+    for sentence in re.split(r"[.;!?]", request):
+        items = [item for item in re.split(r",|\band\b", sentence) if item.strip()]
+        units: list[str] = []
+        for item in items:
+            who = [p for p in served if re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", item)]
+            values = mentioned(item, choices)
+            if len(who) == 1:
+                units.append(who[0])
+            elif not who and len(set(values)) == 1:
+                units.append(values[0])
+        if set(served) <= set(units) and len(units) > len(served):
+            return units
+    return None
 
 
 def _in_turn(found: Reading, request: str) -> list[str] | None:
