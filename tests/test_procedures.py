@@ -577,6 +577,19 @@ def test_laundry_000_washes_the_clothes_a_rule_gives_the_requested_detergent() -
     assert not asked
 
 
+def test_laundry_a_later_rule_gives_a_cloth_its_detergent() -> None:
+    # MAGMA-GEN laundry MainDefinition@504 (a longer episode): "baseball_cap use detergent_GAIN", later
+    # "baseball_cap use detergent_TIDE"; with two detergents for the cap lava washed it with none.
+    world = WashingMachine()
+    _, asked = episode(world, [
+        Stage("Hello, please remember that baseball_cap use detergent_GAIN."),
+        Stage("Hello, please remember that baseball_cap use detergent_TIDE."),
+        Stage("Please wash baseball_cap.", loaded(["baseball_cap"], 1), budget=3),
+        Stage(None, washed(["baseball_cap"], "detergent_TIDE"), budget=4, direct=True),
+    ], LAUNDRY_RULES)
+    assert world.calls[-3:] == ["pick(detergent_TIDE)", "drop_to_washing_machine()", "wash()"] and not asked
+
+
 @pytest.mark.parametrize("tools", [pytest.param(LAUNDRY_TOOLS, id="bench-names"),
                                    pytest.param(RENAMED_LAUNDRY_TOOLS, id="magma-gen-names"),
                                    pytest.param(RENAMED_WASH_TOOLS, id="wash-renamed")])

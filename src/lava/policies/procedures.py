@@ -139,7 +139,17 @@ def groups(rules: Sequence[str], names: Mapping[str, str]) -> list[Group]:
             elif token[0].isupper() and not sentence_start and token.lower() not in _STOP:
                 members.append(token)
             sentence_start = rule[match.end():match.end() + 2].startswith((".", "!", "?"))
-    return found
+    # A later rule is the latest word: "baseball_cap use detergent_TIDE" after "baseball_cap use
+    # detergent_GAIN" leaves the cap one detergent (MAGMA-GEN laundry MainDefinition@504, a longer episode).
+    latest: list[Group] = []
+    given: set[tuple[str, str]] = set()  # (member, kind of value)
+    for group in reversed(found):
+        kind = names[group.value]
+        members = tuple(m for m in group.members if (m, kind) not in given)
+        given.update((m, kind) for m in group.members)
+        if members:
+            latest.append(Group(members, group.value))
+    return latest[::-1]
 
 
 # -- people a request serves ("make coffee for Lee and Clark") ------------------------------------
