@@ -760,7 +760,11 @@ def test_without_an_inspection_rule_the_goblet_goes_straight_to_its_sibling() ->
     assert world.calls == ["detect()", "take(goblet_2)", "put(dish_storage)"]
 
 
-def test_clean_the_table_clears_it_as_the_rules_define_cleaning() -> None:
+@pytest.mark.parametrize("recipe", [None, "From now on, when I ask you to set the table, put 1 bowl and 1 orange on "
+                                          "it."])
+def test_clean_the_table_clears_it_as_the_rules_define_cleaning(recipe: str | None) -> None:
+    # `recipe`: MAGMA-GEN table_cleaning SimpleDefinition@500 (a longer episode): after this rule the bowl and
+    # the goblets it named stayed on the table, taken for things the rules use (as the sponge is).
     # Held-out table_cleaning SimpleDefinition@5: "Clean the table." (MAGMA's CleanTable request; the
     # rules say "Cleaning the table means removing all food and dishware from it") went to the model,
     # which took the mango out of food_storage while the bowl stayed on the table (ClearTableStage:
@@ -777,6 +781,7 @@ def test_clean_the_table_clears_it_as_the_rules_define_cleaning() -> None:
         return lambda k: len([t for t in [*k.places["table"], k.held] if t not in (None, "sponge")]) <= count
 
     said, _ = episode(world, [
+        *([Stage(recipe)] if recipe else []),
         Stage("Clean the table.", left(2), budget=5),
         Stage(None, left(1), budget=5),
         Stage(None, left(0), budget=5, answer=True),

@@ -253,7 +253,10 @@ def read_goal(request: str, rules: Sequence[str], places: Iterable[str],
     if moves:
         return Goal(moves=moves)
     if (phrase := cleared(request)) is not None and (place := place_named(phrase, places)) is not None:
-        return Goal(clear=place, spare=frozenset(words(" ".join(rules))))
+        # What the rules count out to serve ("put 1 bowl, 1 orange and 2 goblets on it") is cleared like
+        # the rest: only what they use stays (MAGMA-GEN table_cleaning SimpleDefinition@500, a longer episode).
+        served = {w for rule in rules for m in _ITEM.finditer(rule) for w in words(m["what"])}
+        return Goal(clear=place, spare=frozenset(words(" ".join(rules)) - served))
     if scene is not None and not _SORT.search(request) and _COMPOSE.search(request):
         things = [t for ts in scene.values() for t in ts] + ([held] if held else [])
         fill = [p for p in places if p.lower() != "table" and (words(p) & words(" ".join([request, *rules])))]
