@@ -451,6 +451,17 @@ def test_a_recipe_amended_by_the_user_replaces_what_it_names() -> None:
     assert read_recipe(amended, [], FOODS) == ["chicken", "fish", "water"]
 
 
+def test_swaps_apply_in_the_order_said_to_the_recipe_as_it_stands() -> None:
+    # MAGMA-GEN packaging MainDefinition@505 (a longer episode): the default recipe with apple instead of
+    # fish, then fish instead of banana; fish was left off the tray (both swaps' "old" were dropped).
+    rules = ["Consider fish, ananas, and banana as the new default recipe"]
+    request = ("I would like the default recipe with apple instead of fish. I changed my mind: use fish instead of "
+               "banana for this tray.")
+    assert read_recipe(request, rules, FOODS) == ["apple", "ananas", "fish"]
+    assert read_recipe("A tray with fish and milk, without the milk. Replace fish with water.", [], FOODS) == \
+        ["water"]
+
+
 def test_the_default_recipe_comes_from_the_rule_that_defines_it() -> None:
     request = "I would like the default recipe with banana instead of apple."
     assert read_recipe(request, ["The default tray recipe is pasta and apple."], FOODS) == ["pasta", "banana"]

@@ -175,16 +175,28 @@ def read_recipe(request: str, rules: Sequence[str], things: Sequence[str]) -> li
     """The exact set of things a request wants together ("a tray containing chicken, fish, and juice";
     "the default recipe with banana instead of apple" + rule "The default tray recipe is pasta and
     apple"; a later "use water instead of juice" appended to the request replaces juice)."""
-    swaps = [*_INSTEAD.finditer(request), *_REPLACE.finditer(request)]
-    removed = {m["old"].lower() for m in [*swaps, *_WITHOUT.finditer(request)]}
+    # Swaps and removals apply in the order said, each to the recipe as it stands: "the default recipe
+    # with apple instead of fish", then "use fish instead of banana" puts fish back (MAGMA-GEN packaging
+    # MainDefinition@505, a longer episode).
+    edits = sorted([*_INSTEAD.finditer(request), *_REPLACE.finditer(request), *_WITHOUT.finditer(request)],
+                   key=lambda m: m.start())
+    outside = request
+    for m in edits:  # what the edits name is not what the request lists
+        outside = outside[:m.start()] + " " * (m.end() - m.start()) + outside[m.end():]
+    named = _named(outside, things)
     # "Hello, I would like a tray." (then "use juice instead of water for this tray"): a request that
     # names nothing but its swaps wants the default recipe as much as one that says "default".
-    swapped = {m[key].lower() for m in swaps for key in ("old", "new")} | removed
-    named = _named(request, things)
-    plain = not [t for t in named if t.lower() not in swapped]
-    base = default_recipe(rules, things) if _REFERS.search(request) or plain else []
-    items = [t for t in [*base, *named] if t.lower() not in removed]
-    return list(dict.fromkeys(items)) or None
+    base = default_recipe(rules, things) if _REFERS.search(request) or not named else []
+    items = list(dict.fromkeys([*base, *named]))
+    known = {t.lower(): t for t in things}
+    for m in edits:
+        old = next((i for i, t in enumerate(items) if t.lower() == m["old"].lower()), None)
+        new = known.get(m["new"].lower()) if "new" in m.groupdict() else None
+        if old is not None:
+            del items[old]
+        if new is not None and new not in items:
+            items.insert(len(items) if old is None else old, new)
+    return items or None
 
 
 _PAIR = r"(?P<a>[A-Za-z][\w-]*)\s+and\s+(?P<b>[A-Za-z][\w-]*)"
