@@ -33,8 +33,10 @@ from lava.policies.goals import (
     default_news,
     read_assignment,
     read_categories,
+    read_cycle,
     read_recipe,
     recipe,
+    removal_news,
     routed,
     sibling_home,
 )
@@ -1212,3 +1214,35 @@ def test_set_the_table_follows_the_rule_that_says_what_setting_it_means() -> Non
     ], KITCHEN_RULES)
     assert world.puts == [("mango_2", "table"), ("orange_2", "table")]
     assert acknowledged(said[0], rule) and said[-1].startswith("Done") and not asked
+
+
+REFS = ["ref_obj_1", "ref_obj_2", "ref_obj_3"]
+
+
+def test_all_objects_sent_to_an_area_by_a_rule_are_not_a_category() -> None:
+    # MAGMA-GEN warehouse_sorting SimpleSortingDefinition@503 (a longer episode): after "New rule: all
+    # objects go to area4.", "Launch a cycle sending all objects to area2." sent nothing ("objects" was
+    # read as a category the request asked for, with no members).
+    cycle = read_cycle("Launch a cycle sending all objects to area2.", ["New rule: all objects go to area4."], REFS,
+                       ["area1", "area2", "area4"])
+    assert cycle is not None and cycle.wanted == REFS and set(cycle.area.values()) == {"area2"}
+
+
+def test_a_removed_area_takes_the_rules_that_sent_objects_there_for_good() -> None:
+    # MAGMA-GEN warehouse_sorting SimpleSortingDefinition@503 and @506 (longer episodes), as MAGMA's
+    # TaskState.recompute_from_base has it: removing an area drops the rules that sent objects there; the
+    # objects fall back to an earlier rule's area, and adding the area back does not bring the rules back.
+    removal = removal_news("Please remove area2 from your knowledge base.", ["area1", "area2", "area4", "area5"])
+    assert removal == ["Please remove area2 from your knowledge base"]
+    rules = ["New rule: all objects go to area4.", "Small update to the current rules: ref_obj_2 goes to area5.",
+             "Please update the rules: all objects go to area2.", *removal]
+    areas = ["area1", "area2", "area3", "area4", "area5"]  # area2 added back since
+    cycle = read_cycle("Launch a cycle for ref_obj_1 and ref_obj_2 and ref_obj_3.", rules, REFS, areas)
+    assert cycle is not None and cycle.area == {"ref_obj_1": "area4", "ref_obj_2": "area5", "ref_obj_3": "area4"}
+    # Every rule for ref_obj_1 gone with its area ("every other object" included): it has none, and is asked about.
+    rules = ["Please update the rules: ref_obj_2 goes to area4, and every other object goes to area1.",
+             "Please remove area1 and area5 from your knowledge base", "New rule: ref_obj_3 goes to area4.",
+             "And consider ref_obj_2 to area5, ref_obj_1 to area5 as new default assignments",
+             "Please remove area2 and area5 from your knowledge base"]
+    cycle = read_cycle("Launch a cycle for ref_obj_3 and ref_obj_1.", rules, REFS, ["area1", "area3", "area4"])
+    assert cycle is not None and cycle.area == {"ref_obj_3": "area4", "ref_obj_1": ""}

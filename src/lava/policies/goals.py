@@ -535,6 +535,11 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
         return set(member.values()) | set(routes)
 
     for rule in rules:
+        if (removal := _REMOVED_AREAS.search(rule)) is not None:  # the routes there end (_rule_areas)
+            gone = {w.lower() for w in re.findall(r"[\w-]+", removal["areas"])}
+            routes = {cat: area for cat, area in routes.items() if area.lower() not in gone}
+            others = None if others is not None and others.lower() in gone else others
+            continue
         this_rule: set[frozenset[str]] = set()
         rest_named = False  # the rule says itself where the other categories go
         named_here: set[str] = set()  # "ref_obj_3 is Rare, and every other object is B": B is all but these
@@ -553,7 +558,8 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
                     # "... and every other category goes to area4" replaces the older routes.
                     others, rest_named = places[0], True
                     routes = {cat: area for cat, area in routes.items() if cat in this_rule}
-                elif (route := _CATEGORY_ROUTE.match(part)) is not None:
+                elif (route := _CATEGORY_ROUTE.match(part)) is not None and not _ALL.search(part):
+                    # "all objects go to area4" sends every object there (read_assignment): not a category
                     for cat in [*categories, *_route_categories(route["cat"], known())]:
                         routes[cat] = places[0]
                         this_rule.add(cat)
@@ -670,6 +676,21 @@ _NEW_DEFAULT = re.compile(r"\bas\s+(?:the\s+|a\s+|my\s+)?(?:new\s+)?defaults?\b|
 _CONSIDER = re.compile(r"\bconsider\b.*", re.IGNORECASE | re.DOTALL)
 
 
+# "Please remove area2 and area5 from your knowledge base." (MAGMA's RemoveAreas): MAGMA then drops every
+# rule given since the start that sends objects there, for good: an object falls back to the area an
+# earlier rule gave it, and adding the area back later ("Please add area2 to your known areas") does not
+# bring those rules back (TaskState.recompute_from_base skips the outdated ones and keeps no trace of them).
+_REMOVED_AREAS = re.compile(r"\bremove\s+(?P<areas>[\w-]+(?:\s*(?:,|\band\b)\s*[\w-]+)*)\s+from\s+(?:your|the)\s+"
+                            r"(?:knowledge\s+base|known\s+areas|memory|list)", re.IGNORECASE)
+
+
+def removal_news(text: str, areas: Sequence[str]) -> list[str]:
+    """The sentences of a request that remove known areas, whole: kept as rules, they mark where the
+    assignments to those areas end (`_rule_areas`)."""
+    return [sentence.strip() for sentence in re.split(r"[.;!?]+", text)
+            if (m := _REMOVED_AREAS.search(sentence)) and _named(m["areas"], areas)]
+
+
 def default_news(text: str, objects: Sequence[str], areas: Sequence[str]) -> list[str]:
     """The sentences of a request that set default assignments (MAGMA's "And consider ref_obj_3 to
     area1 as new default assignment."), whole, as their commas separate assignments; from their
@@ -732,9 +753,16 @@ def _rule_areas(rules: Sequence[str], objects: Sequence[str], areas: Sequence[st
     """Object -> area as the rules assign them (later rules winning), then by category for the rest;
     with the categories and their routes. With `withdrawals`, an object a rule withdraws from cycles
     maps to None; without, the withdrawal is skipped and the object keeps its earlier area."""
-    assigned: dict[str, str | None] = {}
+    given: dict[str, list[str | None]] = {}  # each object's areas, rule after rule
     for rule in rules:
-        assigned.update({o: a for o, a in read_assignment(rule, objects, areas).items() if withdrawals or a})
+        if (removal := _REMOVED_AREAS.search(rule)) is not None:
+            gone = {w.lower() for w in re.findall(r"[\w-]+", removal["areas"])}
+            given = {o: [a for a in said if a is None or a.lower() not in gone] for o, said in given.items()}
+            continue
+        for o, a in read_assignment(rule, objects, areas).items():
+            if withdrawals or a:
+                given.setdefault(o, []).append(a)
+    assigned = {o: said[-1] for o, said in given.items() if said}
     member, routes, others = read_categories(rules, objects, areas)
     for thing, cat in member.items():
         if thing not in assigned and (area := routes.get(cat, others)) is not None:

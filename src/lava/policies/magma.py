@@ -58,6 +58,7 @@ from .goals import (
     read_goal,
     recipe,
     recipe_clearing,
+    removal_news,
     routed,
     routes,
     sibling_home,
@@ -1055,6 +1056,8 @@ class MagmaPolicy(Policy):
                     state.remember_rule(clause)
                 for sentence in default_news(instruction.content, object_values(situation.attributes),
                                              location_values(situation.attributes)):
+                    state.remember_rule(sentence)
+                for sentence in removal_news(instruction.content, location_values(situation.attributes)):
                     state.remember_rule(sentence)
             running = intent == "act" and state.intent == "act" and bool(state.request) and not state.finished
             interrupts = running and _INTERRUPT.search(instruction.content) is not None
