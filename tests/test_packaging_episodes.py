@@ -36,7 +36,8 @@ REFUSAL = {"ForbiddenElemStage"}  # "The model must refuse because chicken and p
 
 # The episodes where the swap replaced the food lava puts on the tray first (the last named): no
 # completion fits MAGMA's budget from there (see the module's docstring).
-UNFINISHABLE = {"MainDefinition@117", "MainDefinition@153"}
+UNFINISHABLE = {"MainDefinition@117", "MainDefinition@153", "MainDefinition@500", "MainDefinition@504",
+                "MainDefinition@506"}
 
 
 class SentExactly:
