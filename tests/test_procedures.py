@@ -300,6 +300,22 @@ def test_coffees_listed_for_people_and_by_kind_are_made_in_the_order_listed(requ
     assert world.coffees == coffees and said[-1].startswith("Done") and not asked
 
 
+def test_a_coffee_asked_for_after_a_mixed_list_is_made_after_it() -> None:
+    # MAGMA-GEN make_coffee SimpleDefinition@601 (a longer episode, kept back): "a coffee for Thomas and a milky
+    # coffee", then "please also make a black coffee": lava said "Done." after the two milky ones.
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("Hey, please remember that Thomas like their coffee milky."),
+        Stage("Please make these coffees in this exact order: a coffee for Thomas and a milky coffee.",
+              served("milky"), budget=4),
+        Stage("When you have finished the coffees already requested, please also make a black coffee.",
+              served("milky", "milky"), budget=4),
+        Stage(None, served("milky", "milky", "black"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+    ], [COFFEE_RULE])
+    assert world.coffees == ["milky", "milky", "black"] and said[-1].startswith("Done") and not asked
+
+
 def test_a_priority_coffee_is_made_first_then_the_interrupted_order_resumes() -> None:
     # Held-out make_coffee SimpleDefinition@2: after the milky coffee lava said "Done." with one black
     # coffee of the order still to make.

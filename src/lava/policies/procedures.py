@@ -453,22 +453,24 @@ _THEN = re.compile(r",?\s*\b(?:and\s+)?then\b\s*", re.I)
 
 
 def _mixed_units(request: str, served: Sequence[str], choices: Sequence[str]) -> list[str] | None:
-    """People and plain values in the order one sentence lists them ("a coffee for Walker, a white coffee,
-    a coffee for Merlin, and a coffee for Scott": Walker, white, Merlin, Scott), when it lists at least one
-    value for no one; None otherwise (the people, in order, are the units)."""
+    """People and plain values in the order the request lists them ("a coffee for Walker, a white coffee,
+    a coffee for Merlin, and a coffee for Scott": Walker, white, Merlin, Scott; "..., then please also
+    make a black coffee" adds black after them), when it asks for at least one value for no one; None
+    otherwise (the people, in order, are the units)."""
+    units: list[str] = []
+    plain = False
     for sentence in re.split(r"[.;!?]", request):
-        items = [item for item in re.split(r",|\band\b", sentence) if item.strip()]
-        units: list[str] = []
-        for item in items:
+        listed: list[str] = []
+        for item in (item for item in re.split(r",|\band\b", sentence) if item.strip()):
             who = [p for p in served if re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", item)]
             values = mentioned(item, choices)
-            if len(who) == 1:
-                units.append(who[0])
+            if len(who) == 1 and who[0] not in units and who[0] not in listed:
+                listed.append(who[0])
             elif not who and len(set(values)) == 1:
-                units.append(values[0])
-        if set(served) <= set(units) and len(units) > len(served):
-            return units
-    return None
+                listed.append(values[0])
+                plain = True
+        units += listed
+    return units if plain and set(served) <= set(units) else None
 
 
 def _in_turn(found: Reading, request: str) -> list[str] | None:
