@@ -535,8 +535,7 @@ def read_categories(rules: Sequence[str], objects: Sequence[str], areas: Sequenc
         return set(member.values()) | set(routes)
 
     for rule in rules:
-        if (removal := _REMOVED_AREAS.search(rule)) is not None:  # the routes there end (_rule_areas)
-            gone = {w.lower() for w in re.findall(r"[\w-]+", removal["areas"])}
+        if (gone := removed_areas(rule)) is not None:  # the routes there end (_rule_areas)
             routes = {cat: area for cat, area in routes.items() if area.lower() not in gone}
             others = None if others is not None and others.lower() in gone else others
             continue
@@ -684,6 +683,12 @@ _REMOVED_AREAS = re.compile(r"\bremove\s+(?P<areas>[\w-]+(?:\s*(?:,|\band\b)\s*[
                             r"(?:knowledge\s+base|known\s+areas|memory|list)", re.IGNORECASE)
 
 
+def removed_areas(rule: str) -> set[str] | None:
+    """The areas (lower case) a rule removes from the known ones, None when it removes none."""
+    removal = _REMOVED_AREAS.search(rule)
+    return None if removal is None else {w.lower() for w in re.findall(r"[\w-]+", removal["areas"])}
+
+
 def removal_news(text: str, areas: Sequence[str]) -> list[str]:
     """The sentences of a request that remove known areas, whole: kept as rules, they mark where the
     assignments to those areas end (`_rule_areas`)."""
@@ -755,8 +760,7 @@ def _rule_areas(rules: Sequence[str], objects: Sequence[str], areas: Sequence[st
     maps to None; without, the withdrawal is skipped and the object keeps its earlier area."""
     given: dict[str, list[str | None]] = {}  # each object's areas, rule after rule
     for rule in rules:
-        if (removal := _REMOVED_AREAS.search(rule)) is not None:
-            gone = {w.lower() for w in re.findall(r"[\w-]+", removal["areas"])}
+        if (gone := removed_areas(rule)) is not None:
             given = {o: [a for a in said if a is None or a.lower() not in gone] for o, said in given.items()}
             continue
         for o, a in read_assignment(rule, objects, areas).items():
