@@ -180,6 +180,32 @@ def test_an_entry_that_cannot_compile_is_skipped_and_named_not_its_whole_scenari
     assert "not compiled: color_sorting.CSB" in render_table([report])
 
 
+@pytest.mark.magma
+def test_a_larger_tool_call_budget_compiles_longer_episodes_of_the_same_seed(magma: MagmaEnvironment,
+                                                                              tmp_path: Path) -> None:
+    """`lava eval --max-tool-calls 40`: MAGMA-GEN's generator keeps adding requests until the budget is
+    filled, so the same definition and seed make an episode of more requests; presets stay as they are."""
+    entries = ["make_coffee.SimpleDefinition@500", "press_button.ButtonPressOrdered"]
+
+    def compiled(budget: int | None) -> list[tuple[int, int]]:
+        outs = {str(tmp_path / f"{budget}" / entry.split(".")[0]): [entry] for entry in entries}
+        outcome = magma.compile_plan(outs, tmp_path / f"compile-{budget}.log", max_tool_calls=budget)
+        shapes = []
+        for out in outs:
+            assert outcome[out].error is None, (tmp_path / f"compile-{budget}.log").read_text()
+            episode = next(Path(out).glob("*/skeleton_000/semantic_000/episodes/*.json"))
+            data = json.loads(episode.read_text())
+            shapes.append((len(data["stages"]), data["metadata"]["clean_oracle_tool_calls"]))
+        return shapes
+
+    (short_coffee, short_preset), (long_coffee, long_preset) = compiled(None), compiled(40)
+    assert compiled(10) == [short_coffee, short_preset]
+    # (stages, oracle tool calls): the generator stops once a request takes it past the budget, and
+    # counts a request's target calls, not the oracle's.
+    assert long_coffee[0] >= 2 * short_coffee[0] and long_coffee[1] >= 2 * short_coffee[1], (short_coffee, long_coffee)
+    assert long_preset == short_preset
+
+
 def test_execution_errors_go_to_every_act_stage_and_only_there(tmp_path: Path) -> None:
     episodes = tmp_path / "packaging" / "skeleton_000" / "semantic_000" / "episodes"
     episodes.mkdir(parents=True)

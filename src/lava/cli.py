@@ -76,6 +76,9 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_MAX_TOOL_CALLS = 10  # the local compiler's default
+
+
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("eval", help="run the real MAGMA-BENCH on a suite of scenarios against lava")
     run.add_argument("suite", nargs="?", default="all",
@@ -86,7 +89,12 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--agent-url", help="evaluate an agent that is already running at this URL instead")
     run.add_argument("--out", type=Path, default=Path("runs") / "eval", help="where runs and reports go")
     run.add_argument("--magma-env", type=Path, help="MAGMA consumer env.sh (default /tmp/magma-e2e/env.sh)")
-    run.add_argument("--episode-timeout", type=float, default=900, help="seconds allowed per episode")
+    run.add_argument("--max-tool-calls", type=int, default=DEFAULT_MAX_TOOL_CALLS, metavar="N",
+                     help="the tool-call budget MAGMA-GEN's generator fills when it expands a definition: "
+                          "the default 10 makes short episodes of one or two requests, 40 (MAGMA-GEN's own "
+                          "default) longer ones that carry rules, cycles and removals across requests")
+    run.add_argument("--episode-timeout", type=float,
+                     help="seconds allowed per episode (default 90 per tool call of the budget, at least 900)")
     run.add_argument("--execution-errors", action="store_true",
                      help="MAGMA-BENCH's execution_error condition: the first call of each action stage that its "
                           "tools let fail fails once ('... temporary execution error. Please retry.')")
@@ -109,12 +117,15 @@ def evaluate(args: argparse.Namespace) -> int:
     # SIGTERM's default ends the process on the spot, leaving the agent, planner and simulator it
     # started running; as an exit, it goes through the cleanup that stops each of them.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=args.episode_timeout,
-                       execution_errors=args.execution_errors)
+    if args.max_tool_calls < 1:
+        raise SystemExit("lava eval: --max-tool-calls must be at least 1")
+    episode_timeout = args.episode_timeout or max(900.0, 90.0 * args.max_tool_calls)
+    reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=episode_timeout,
+                       execution_errors=args.execution_errors, max_tool_calls=args.max_tool_calls)
     condition = "execution_error" if args.execution_errors else "clean"
-    print(f"condition: {condition}\n")
+    print(f"condition: {condition}; definitions expanded to {args.max_tool_calls} tool calls\n")
     print(render_table(reports))
-    write_report(reports, args.out / "report.json", condition)
+    write_report(reports, args.out / "report.json", condition, args.max_tool_calls)
     print(f"\nreport: {args.out / 'report.json'}")
     for report in reports:
         for scenario in report.scenarios:

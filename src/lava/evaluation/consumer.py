@@ -99,12 +99,15 @@ class MagmaEnvironment:
         if result.returncode != 0:
             raise RuntimeError(f"compiling {entries} failed: {result.stderr[-2000:]}")
 
-    def compile_plan(self, plan: dict[str, list[str]], log: Path) -> dict[str, Compiled]:
-        """Compile several benchmark directories in one process; {out dir: what was written}."""
+    def compile_plan(self, plan: dict[str, list[str]], log: Path, *, max_tool_calls: int | None = None
+                     ) -> dict[str, Compiled]:
+        """Compile several benchmark directories in one process; {out dir: what was written}.
+        `max_tool_calls`: the budget a definition is expanded to (None: the local compiler's default, 10)."""
         plan_file = log.with_suffix(".plan.json")
         plan_file.write_text(json.dumps(plan))
-        result = subprocess.run([self.python, str(COMPILE_SUITE), str(plan_file)], capture_output=True, text=True,
-                                env=self.environ(), timeout=1800)
+        options = [] if max_tool_calls is None else ["--max-tool-calls", str(max_tool_calls)]
+        result = subprocess.run([self.python, str(COMPILE_SUITE), str(plan_file), *options], capture_output=True,
+                                text=True, env=self.environ(), timeout=1800)
         log.write_text(result.stdout + result.stderr)
         outcome = {out: Compiled(error="the compiler did not report on it") for out in plan}
         for line in result.stdout.splitlines():

@@ -130,10 +130,11 @@ def running_agent(config: AgentConfig, log: Path, timeout: float = 300) -> Itera
         yield url
 
 
-def compile_suite(magma: MagmaEnvironment, entries: Sequence[SuiteEntry], out: Path) -> dict[str, Compiled]:
+def compile_suite(magma: MagmaEnvironment, entries: Sequence[SuiteEntry], out: Path, *,
+                  max_tool_calls: int | None = None) -> dict[str, Compiled]:
     plan = {str(out / scenario): [e.compiled for e in group] for scenario, group in by_scenario(list(entries)).items()}
     out.mkdir(parents=True, exist_ok=True)
-    return magma.compile_plan(plan, out / "compile.log")
+    return magma.compile_plan(plan, out / "compile.log", max_tool_calls=max_tool_calls)
 
 
 def _add_result(report: ScenarioReport, result: BenchResult, decisions: float, seconds: float) -> None:
@@ -153,11 +154,12 @@ def _add_result(report: ScenarioReport, result: BenchResult, decisions: float, s
 
 
 def run_eval(entries: Sequence[SuiteEntry], configs: Sequence[AgentConfig], out: Path,
-             magma: MagmaEnvironment, *, episode_timeout_s: float = 900, execution_errors: bool = False
-             ) -> list[ConfigReport]:
-    """`execution_errors`: MAGMA-BENCH's execution_error condition (see conditions.py), else clean."""
+             magma: MagmaEnvironment, *, episode_timeout_s: float = 900, execution_errors: bool = False,
+             max_tool_calls: int | None = None) -> list[ConfigReport]:
+    """`execution_errors`: MAGMA-BENCH's execution_error condition (see conditions.py), else clean.
+    `max_tool_calls`: the tool-call budget definitions are expanded to (None: the local compiler's 10)."""
     compiled = out / "compiled"
-    compiled_plan = compile_suite(magma, entries, compiled)
+    compiled_plan = compile_suite(magma, entries, compiled, max_tool_calls=max_tool_calls)
     if execution_errors:
         for compiled_scenario in compiled_plan.values():
             for root in compiled_scenario.roots:
@@ -237,7 +239,8 @@ def render_table(reports: Sequence[ConfigReport]) -> str:
     return "\n".join(lines)
 
 
-def report_json(reports: Sequence[ConfigReport], condition: str = "clean") -> dict[str, Any]:
+def report_json(reports: Sequence[ConfigReport], condition: str = "clean", max_tool_calls: int | None = None
+                ) -> dict[str, Any]:
     def scenario(s: ScenarioReport) -> dict[str, Any]:
         data = asdict(s)
         data["success_rate"] = round(s.success_rate, 4)
@@ -246,11 +249,12 @@ def report_json(reports: Sequence[ConfigReport], condition: str = "clean") -> di
 
     configs = [{"label": r.config.label, "serve_args": list(r.config.serve_args), "url": r.config.url,
                 "total": scenario(r.total()), "scenarios": [scenario(s) for s in r.scenarios]} for r in reports]
-    return {"condition": condition, "configs": configs}
+    return {"condition": condition, "max_tool_calls": max_tool_calls, "configs": configs}
 
 
-def write_report(reports: Sequence[ConfigReport], path: Path, condition: str = "clean") -> None:
-    path.write_text(json.dumps(report_json(reports, condition), indent=2))
+def write_report(reports: Sequence[ConfigReport], path: Path, condition: str = "clean",
+                 max_tool_calls: int | None = None) -> None:
+    path.write_text(json.dumps(report_json(reports, condition, max_tool_calls), indent=2))
 
 
 __all__ = ["AgentConfig", "ConfigReport", "ScenarioReport", "render_table", "report_json", "run_eval",
