@@ -823,6 +823,31 @@ def test_clean_and_wipe_clears_the_table_first_as_the_wipe_rule_says() -> None:
     assert world.places["table"] == ["sponge"] and said[-1].startswith("Done")
 
 
+def test_clean_and_wipe_asks_the_class_of_a_dish_whose_only_sibling_is_on_the_table() -> None:
+    # MAGMA-GEN table_cleaning SimpleDefinition@600 (a longer episode): the dirty bowl_2 in the gripper, bowl_1
+    # still on the table, nothing in dish_storage. bowl_1 was taken to show where bowls go (the table being
+    # cleared), so no class was asked and the model chose the place with no class to go by.
+    def model(req: GenerationRequest) -> list[str]:
+        assert req.component == "classes", req.component
+        kind = req.messages[-1].content
+        return [f'{{"class": "{"dishware" if "bowl" in kind or "mug" in kind else "food"}"}}'] * req.n
+
+    world = Kitchen({"table": ["bowl_2", "bowl_1", "mug_1", "sponge"], "food_storage": ["orange_1", "mango_2"],
+                     "dish_storage": []}, dirty=("bowl_2", "mug_1"))
+
+    def left(count: int) -> Callable[[Kitchen], bool]:
+        return lambda k: len([t for t in [*k.places["table"], k.held] if t not in (None, "sponge")]) <= count
+
+    episode(world, [
+        Stage("Clean and wipe the table.", left(2), budget=5),
+        Stage(None, left(1), budget=5),
+        Stage(None, left(0), budget=5),
+        Stage(None, wiped_and_put_back, budget=4, answer=True),
+    ], KITCHEN_RULES, model)
+    assert world.puts[:3] == [("bowl_2", "washing_machine"), ("bowl_1", "dish_storage"), ("mug_1", "washing_machine")]
+    assert world.places["table"] == ["sponge"]
+
+
 def test_wiping_follows_the_rule_step_by_step_and_puts_the_sponge_back() -> None:
     # The wipe stage of table_cleaning-000 on its own: the table holds only the sponge.
     world = Kitchen({**TC000, "table": ["sponge"], "dish_storage": ["mug_2", "goblet_1", "goblet_2"]})

@@ -715,6 +715,8 @@ class MagmaPolicy(Policy):
         # A sibling on the table being cleared (the other dirty orange) shows no place to put it.
         phrase = cleared(state.request) if state.request else None
         clearing = place_named(phrase, state.scene) if phrase else None
+        if clearing is None and state.request:  # "Clean and wipe the table.": the wiping recipe clears it
+            clearing = getattr(recipe_clearing(state.request, rules, state.scene, state.held), "clear", None)
         if len(classes) < 2 or sibling_home(state.held, state.scene, exclude=(clearing,) if clearing else ()):
             return None
         kind = stem(state.held)
