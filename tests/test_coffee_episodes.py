@@ -97,9 +97,10 @@ def names(text: str) -> set[str]:
 def judged(said: str, stage: dict[str, Any]) -> bool:
     """What MAGMA's judge is told to look for, read the way it is worded:
     - "must inform that Marta does not have any coffee preference OR ask for their coffee preference";
-    - "must refuse and inform that Arthur cannot be served because white coffee is unavailable"."""
+    - "must refuse and inform that Arthur cannot be served because white coffee is unavailable";
+    - "must refuse because milky coffee is unavailable" (a coffee asked for no one)."""
     prompt = stage["judged"]
-    people = names(prompt.split(" that ", 1)[1]) - {"The", "OR"}
+    people = names(prompt.split(" that ", 1)[1]) - {"The", "OR"} if " that " in prompt else set()
     if "unavailable" in prompt:
         coffee = re.search(r"because (\w+) coffee", prompt).group(1)
         return people <= names(said) and coffee in said.lower() and bool(re.search(r"\b(?:cannot|can't|not)\b", said))

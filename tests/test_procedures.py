@@ -287,6 +287,9 @@ def test_make_coffee_002_coffees_asked_for_while_the_first_are_made_follow_them_
      "and a coffee for Scott.", ["milky", "white", "white", "milky"]),
     ("Please make these coffees in this exact order: a black coffee, a coffee for Scott, and a coffee for Merlin.",
      ["black", "milky", "white"]),
+    # MAGMA-GEN make_coffee SimpleDefinition@707 (a longer episode, kept back): Scott took the milky coffee.
+    ("Please make these coffees in this exact order: a coffee for Merlin and a milky coffee.", ["white", "milky"]),
+    ("Please make black coffee for Merlin and Scott.", ["black", "black"]),
 ])
 def test_coffees_listed_for_people_and_by_kind_are_made_in_the_order_listed(request_: str, coffees: list) -> None:
     # MAGMA-GEN make_coffee SimpleDefinition@505 and @503 (longer episodes): Walker took the white coffee
@@ -314,6 +317,22 @@ def test_a_coffee_asked_for_after_a_mixed_list_is_made_after_it() -> None:
         Stage(None),  # CompletionAnswerStage
     ], [COFFEE_RULE])
     assert world.coffees == ["milky", "milky", "black"] and said[-1].startswith("Done") and not asked
+
+
+def test_a_coffee_used_instead_of_one_that_is_gone_is_made_once() -> None:
+    # MAGMA-GEN make_coffee SimpleDefinition@705 (a longer episode, kept back): after "milky coffee is not
+    # available anymore.", "Use black coffee instead of milky. Please make these coffees in this exact order:
+    # black." was refused (the request names milky), and once not refused, two black coffees were made.
+    world = CoffeeMachine()
+    said, asked = episode(world, [
+        Stage("milky coffee is not available anymore."),
+        Stage("Hey, serve me a milky coffee!"),
+        Stage("Use black coffee instead of milky. Please make these coffees in this exact order: black.",
+              served("black"), budget=4),
+        Stage(None),  # CompletionAnswerStage
+    ], [COFFEE_RULE])
+    assert said[1] == "Sorry, I cannot do that: milky coffee is not available anymore."
+    assert world.coffees == ["black"] and said[-1].startswith("Done") and not asked
 
 
 def test_a_priority_coffee_is_made_first_then_the_interrupted_order_resumes() -> None:

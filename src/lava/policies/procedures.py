@@ -182,6 +182,14 @@ def _people_in(text: str, names: Mapping[str, str]) -> list[str]:
     return found
 
 
+def _items(sentence: str) -> list[str]:
+    """The items a sentence lists, split at commas and "and", except inside a list of people after
+    "for" ("black coffee for Lee and Clark" is one item)."""
+    protected = _FOR_PEOPLE.sub(lambda m: re.sub(r"\band\b", "\0", m.group(0).replace(",", "\1")), sentence)
+    return [item.replace("\0", "and").replace("\1", ",")
+            for item in re.split(r",|\band\b", protected) if item.strip()]
+
+
 def preference(person: str, request: str, known: Sequence[Group], choices: Sequence[str],
                results: Sequence[str]) -> str | None:
     """What `person` takes: said next to them in the request ("Clark wants a black coffee"), else a
@@ -193,7 +201,9 @@ def preference(person: str, request: str, known: Sequence[Group], choices: Seque
     # SimpleDefinition@505, a longer episode).
     for_them = re.compile(rf"\bfor\s+(?:[\w-]+\s*(?:,|\band\b)\s*)*{re.escape(person)}(?![\w-])")
     for sentence in re.split(r"[.;!?]", request):
-        named = [part for part in sentence.split(",") if own.search(part)]
+        # By list item: "a coffee for Alexis and a milky coffee" is two (MAGMA-GEN make_coffee
+        # SimpleDefinition@707, a longer episode: Alexis was given the milky one).
+        named = [part for part in _items(sentence) if own.search(part)]
         if named and all(for_them.search(part) and not mentioned(part, choices) for part in named):
             continue
         # The narrowest part that names them and one value: the sentence ("Lee and Clark want black
@@ -394,6 +404,12 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
         return None
     removed = {m.group(1) for m in _REMOVED.finditer(request)}
     wanted = [v for v in mentioned(request, names) if v not in removed]
+    # "Use black coffee instead of milky. Please make these coffees in this exact order: black.": the
+    # substitution names what the list then asks for, once (MAGMA-GEN make_coffee SimpleDefinition@705).
+    listed_after = [v for s in sentences(request) if not _REMOVED.search(s) for v in mentioned(s, names)]
+    substituted = {v for s in sentences(request) if _REMOVED.search(s) for v in mentioned(s, names)} - removed
+    if substituted and substituted <= set(listed_after):
+        wanted = [v for v in listed_after if v not in removed]
     request_words = {norm(w) for w in _TOKEN.findall(request)} - _STOP
     goal_words = {norm(w) for w in _TOKEN.findall(goal)} - _STOP - {"to"}
     if not wanted and not (request_words & goal_words):
