@@ -417,6 +417,10 @@ _PRONOUN = re.compile(r"\b(?:it|it's|its|they|they're|now)\b", re.IGNORECASE)
 
 
 _CYCLE_FOR = re.compile(r"\bcycle\s+for\b", re.IGNORECASE)
+# MAGMA-GEN's interruption requests ("Launch a sorting cycle for ref_obj_1 and ref_obj_2 to area1.", "launch
+# a priority cycle for ...") give an area only to the objects leaving their default (ws_interruption's
+# _cycle_description): there an area always binds to the object just before it.
+_PER_OBJECT_CYCLE = re.compile(r"\b(?:sorting|priority)\s+cycle\s+for\b", re.IGNORECASE)
 _SENDING_ALL = re.compile(r"\b(?:send|sending|move|moving|put|putting|bring|bringing)\b", re.IGNORECASE)
 
 
@@ -445,10 +449,12 @@ def read_assignment(text: str, objects: Sequence[str], areas: Sequence[str]) -> 
             continue
         pending = []
         if len(named) > 1 and places and _CYCLE_FOR.search(clause) and not _SENDING_ALL.search(clause) \
-                and _named_after_an_area(clause, named, places):
+                and (_PER_OBJECT_CYCLE.search(clause) or _named_after_an_area(clause, named, places)):
             # MAGMA's "cycle for ref_obj_1 to area2 and ref_obj_3": an area binds to the object just
-            # before it, and an object without one keeps its default. ("a cycle for ref_obj_1 and
-            # ref_obj_2 to area3" still sends both there.)
+            # before it, and an object without one keeps its default. (The preset's "I need a cycle for
+            # ref_obj_1 and ref_obj_2 to area3" still sends both there; MAGMA-GEN's "Launch a sorting
+            # cycle for ref_obj_1 and ref_obj_2 to area1." does not: MAGMA-GEN warehouse_sorting
+            # SimpleSortingDefinition@705, @603, longer episodes kept back.)
             out.update({o: m["area"] for o in named if (m := re.search(
                 rf"\b{re.escape(o)}\s+to\s+(?:the\s+)?(?P<area>[\w-]+)", clause, re.IGNORECASE))
                 and m["area"] in places})
