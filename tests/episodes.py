@@ -100,6 +100,10 @@ class MagmaNames:
         """This episode's name for the tool MAGMA calls `magma_name`."""
         return next(name for name, (same, _) in self.magma.items() if same == magma_name)
 
+    def fails(self, magma_names: set[str]) -> Callable[[str], bool]:
+        """`episode`'s `fails` for the tools MAGMA calls `magma_names`."""
+        return lambda name: name in self.magma and self.magma[name][0] in magma_names
+
     def magma_call(self, name: str, arguments: dict) -> tuple[str, dict] | None:
         """The call in MAGMA's own names, None for a tool the episode does not have."""
         if name not in self.magma:
@@ -114,6 +118,10 @@ def feedback(call: dict, ok: bool, message: str) -> dict:
     return {"type": "env", "content": json.dumps({
         "infos": f"{robot}: {call['name']} {'succeed' if ok else 'failed'} with message: {message}",
         "previous_tool_call": {robot: {"name": call["name"], "arguments": call["arguments"]}}})}
+
+
+# MAGMA's OneShotToolFailureError, as the agent reads it.
+EXECUTION_ERROR = "The requested action failed due to a temporary execution error. Please retry."
 
 
 def running(call: dict) -> str:
@@ -155,10 +163,13 @@ def agent(tools: list[dict], attributes: dict[str, Any], rules: list[str]) -> Ca
 
 
 def episode(world: World, stages: list[Stage], rules: list[str], model: Model = no_model,
-            hold: Hold = one_call) -> tuple[list[str], Asked]:
+            hold: Hold = one_call, fails: Callable[[str], bool] | None = None) -> tuple[list[str], Asked]:
     """Play the stages in order, failing on any broken expectation; returns what was said in words
     and each model request (`asked`). The default model fails when asked, but the engine may recover
-    from a failing backend: a caller that wants no model at all checks that `asked` is empty."""
+    from a failing backend: a caller that wants no model at all checks that `asked` is empty.
+    `fails`: MAGMA-BENCH's execution_error condition; the first call of each action stage to a tool it
+    names (the tools that declare MAGMA's OneShotToolFailureError) fails before it runs, with MAGMA's
+    message, and the stage forgives it."""
     asked: Asked = []
     number = 0
 
@@ -181,11 +192,18 @@ def episode(world: World, stages: list[Stage], rules: list[str], model: Model = 
         memory = out["memory"]
         return out["output"]
 
+    def attempt(call: dict, failed_once: bool) -> tuple[bool, str, bool]:
+        """The call's result, and whether it was the stage's one forgiven execution error."""
+        if fails is not None and not failed_once and fails(call["name"]):
+            return False, EXECUTION_ERROR, True
+        return (*world.run(call["name"], call["arguments"]), False)
+
     result: dict | None = None  # the feedback of the last tool call
     for number, stage in enumerate(stages):
         instruction = {"type": "user", "content": stage.say} if stage.say else result
         assert instruction is not None, f"stage {number} has nothing to go on"
         calls = 0
+        failed_once = False
         while stage.acts and not stage.goal(world):
             decision = decide(instruction)
             if decision["tool_calls"]:
@@ -197,12 +215,16 @@ def episode(world: World, stages: list[Stage], rules: list[str], model: Model = 
                     ok, message, held, status = True, f"{held['name']} was cancelled.", None, "FREE"
                     calls -= 1
                 else:
-                    ok, message = world.run(call["name"], call["arguments"])
+                    ok, message, forgiven = attempt(call, failed_once)
+                    failed_once |= forgiven
+                    calls -= forgiven
             else:
                 assert not decision["say"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
                 assert held is not None, f"stage {number}: an empty decision with no call held: {world.calls}"
                 call, held, status = held, None, "FREE"  # the held call goes on
-                ok, message = world.run(call["name"], call["arguments"])
+                ok, message, forgiven = attempt(call, failed_once)
+                failed_once |= forgiven
+                calls -= forgiven
             calls += 1
             assert calls <= stage.budget, f"stage {number} over its budget of {stage.budget}: {world.calls}"
             instruction = result = feedback(call, ok, message)

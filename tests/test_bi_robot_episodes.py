@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from episodes import CANCEL, agent
+from episodes import CANCEL, EXECUTION_ERROR, agent
 from test_zones import BiWorld
 
 EPISODES = json.loads((Path(__file__).parent / "fixtures" / "bi_robot_episodes.json").read_text())
@@ -49,18 +49,30 @@ def plain(text: str) -> str:
     return re.sub(r",? and ", " and ", text.strip().rstrip(".").lower())
 
 
+@pytest.mark.parametrize("errors", [False, True], ids=["clean", "execution_error"])
 @pytest.mark.parametrize("spec", EPISODES, ids=[e["episode"] for e in EPISODES])
-def test_magma_bi_robot_episode(spec: dict[str, Any]) -> None:
+def test_magma_bi_robot_episode(spec: dict[str, Any], errors: bool) -> None:
+    """`errors`: MAGMA-BENCH's execution_error condition. Both tools declare MAGMA's OneShotToolFailureError:
+    the first call an action stage runs fails before it runs, and is forgiven."""
     world = BiWorld(spec["zones"], spec["damaged"])
     tools = [CANCEL, *spec["tools"]]
     robots = spec["attributes"]["known_robots"]
     attributes = {**spec["attributes"], "robot_statuses": dict.fromkeys(robots, "FREE")}
     decide = agent(tools, attributes, spec["memory_list"])
 
-    def run(decision: dict) -> dict:
-        robots_called = [c["target_robot_name"] for c in decision["tool_calls"]]
+    def run(decision: dict, fail_first: bool = False) -> dict:
+        calls = decision["tool_calls"]
+        robots_called = [c["target_robot_name"] for c in calls]
         assert len(robots_called) == len(set(robots_called)), decision  # one call per robot and decision
-        return {"type": "env", "content": world.run(decision["tool_calls"])}
+        if not fail_first:
+            return {"type": "env", "content": world.run(calls)}
+        first, rest = calls[0], calls[1:]
+        ran = json.loads(world.run(rest)) if rest else {"infos": "", "previous_tool_call": {}}
+        infos = f"{first['target_robot_name']}: {first['name']} failed with message: {EXECUTION_ERROR}"
+        return {"type": "env", "content": json.dumps({
+            "infos": "\n".join(line for line in (infos, ran["infos"]) if line),
+            "previous_tool_call": {first["target_robot_name"]: {"name": first["name"], "arguments": first["arguments"]},
+                                   **ran["previous_tool_call"]}})}
 
     result = None  # the feedback of the last decision
     for number, stage in enumerate(spec["stages"]):
@@ -77,12 +89,13 @@ def test_magma_bi_robot_episode(spec: dict[str, Any]) -> None:
             if "answer" in stage:
                 assert plain(decision["say"]) == plain(stage["answer"]), (number, decision["say"], stage["answer"])
             continue
-        calls = 0
+        calls, failing = 0, errors
         while placed(world, stage) < stage["minimum"]:
             decision = decide(instruction)
             assert decision["tool_calls"], f"stage {number} said {decision['say']!r} before its goal: {world.calls}"
-            instruction = result = run(decision)
-            calls += len(decision["tool_calls"])
+            instruction = result = run(decision, fail_first=failing)
+            calls += len(decision["tool_calls"]) - failing  # the execution error is forgiven
+            failing = False
             assert calls <= stage["budget"], f"stage {number} over its budget of {stage['budget']}: {world.calls}"
 
 

@@ -74,15 +74,21 @@ def play(spec: dict[str, Any], fresh_next: bool, episode: str) -> Stage:
     return Stage(say, answer=kind == "CompletionAnswerStage", **flags)
 
 
+# The tool that fails under MAGMA-BENCH's execution_error condition (PackagingTool's take declares its
+# OneShotToolFailureError).
+FAILING = {"take"}
+
+
+@pytest.mark.parametrize("errors", [False, True], ids=["clean", "execution_error"])
 @pytest.mark.parametrize("spec", EPISODES, ids=[e["episode"] for e in EPISODES])
-def test_magma_packaging_episode(spec: dict[str, Any]) -> None:
+def test_magma_packaging_episode(spec: dict[str, Any], errors: bool) -> None:
     # A stage MAGMA opens with ResetPackagingTransition finds the world reset after the stage before it.
     stages = [play(s, following.get("fresh", False), spec["episode"])
               for s, following in zip(spec["stages"], [*spec["stages"][1:], {}], strict=True)]
     world = ResettingTrayWorld()
     if spec["stages"][0].get("fresh"):
         world.reset()
-    said, asked = episode(world, stages, spec["memory_list"])
+    said, asked = episode(world, stages, spec["memory_list"], fails=FAILING.__contains__ if errors else None)
     in_words = [s for s, stage in zip(spec["stages"], stages, strict=True) if not stage.acts or stage.answer]
     for wanted, words in zip(in_words, said, strict=True):
         if wanted["kind"] in REFUSAL:
