@@ -206,6 +206,14 @@ def test_a_larger_tool_call_budget_compiles_longer_episodes_of_the_same_seed(mag
     assert long_preset == short_preset
 
 
+def test_a_tool_call_budget_below_one_is_refused_before_anything_starts(capsys: pytest.CaptureFixture) -> None:
+    from lava.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "smoke", "--max-tool-calls", "0"])
+    assert exited.value.code == 2 and "--max-tool-calls: must be at least 1" in capsys.readouterr().err
+
+
 def test_execution_errors_go_to_every_act_stage_and_only_there(tmp_path: Path) -> None:
     episodes = tmp_path / "packaging" / "skeleton_000" / "semantic_000" / "episodes"
     episodes.mkdir(parents=True)

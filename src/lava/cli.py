@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import __version__, bench, conformance
 from .errors import ConfigError
+from .evaluation.local_benchmark import DEFAULT_MAX_TOOL_CALLS
 from .settings import Settings
 
 # Young-generation threshold of the serving process (see serve).
@@ -76,7 +77,11 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_MAX_TOOL_CALLS = 10  # the local compiler's default
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
@@ -89,7 +94,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--agent-url", help="evaluate an agent that is already running at this URL instead")
     run.add_argument("--out", type=Path, default=Path("runs") / "eval", help="where runs and reports go")
     run.add_argument("--magma-env", type=Path, help="MAGMA consumer env.sh (default /tmp/magma-e2e/env.sh)")
-    run.add_argument("--max-tool-calls", type=int, default=DEFAULT_MAX_TOOL_CALLS, metavar="N",
+    run.add_argument("--max-tool-calls", type=_positive, default=DEFAULT_MAX_TOOL_CALLS, metavar="N",
                      help="the tool-call budget MAGMA-GEN's generator fills when it expands a definition: "
                           "the default 10 makes short episodes of one or two requests, 40 (MAGMA-GEN's own "
                           "default) longer ones that carry rules, cycles and removals across requests")
@@ -117,8 +122,6 @@ def evaluate(args: argparse.Namespace) -> int:
     # SIGTERM's default ends the process on the spot, leaving the agent, planner and simulator it
     # started running; as an exit, it goes through the cleanup that stops each of them.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    if args.max_tool_calls < 1:
-        raise SystemExit("lava eval: --max-tool-calls must be at least 1")
     episode_timeout = args.episode_timeout or max(900.0, 90.0 * args.max_tool_calls)
     reports = run_eval(entries, configs, args.out, magma, episode_timeout_s=episode_timeout,
                        execution_errors=args.execution_errors, max_tool_calls=args.max_tool_calls)

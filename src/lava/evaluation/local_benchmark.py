@@ -99,13 +99,17 @@ def _public_presentation(stage, translate):
     return type(stage).model_validate(data)
 
 
+# One or two requests per episode; MAGMA-GEN's own TaskGenerator defaults to 40.
+DEFAULT_MAX_TOOL_CALLS = 10
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("presets", nargs="+", help="scenario.PresetOrDefinition[=JSON kwargs]")
     parser.add_argument("--version", default="0.0.1", help="benchmark_version to write")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tool-calls", type=int, default=10,
+    parser.add_argument("--max-tool-calls", type=int, default=DEFAULT_MAX_TOOL_CALLS,
                         help="target tool-call budget when expanding a task definition")
     args = parser.parse_args(argv)
 
