@@ -142,7 +142,8 @@ _WITHOUT = re.compile(r"\b(?:without|except|minus|but no|not the)\s+(?:the\s+|an
 _REFERS = re.compile(r"\b(default|usual|standard|regular|same)\b", re.I)
 # A rule that defines the default ("same" refers too, but "never on the same tray" is no recipe).
 _DEFINES_DEFAULT = re.compile(r"\b(?:default|usual|standard|regular)\b|\bnew recipe is\b", re.I)
-_INSTEAD_OF = re.compile(r"\binstead\s+of\s+(?:the\s+)?[A-Za-z][\w-]*", re.I)
+# What a substitution drops ("use black coffee instead of milky": milky).
+INSTEAD_OF = re.compile(r"\binstead\s+of\s+(?:the\s+)?(?P<old>[\w-]+)", re.I)
 _COMPOSE = re.compile(r"\b(contain\w*|with|recipe|instead of|made of|consisting|tray|box|plate|bowl)\b", re.I)
 
 
@@ -314,7 +315,7 @@ def unavailable(rules: Sequence[str], request: str) -> str | None:
     """A rule saying that something the request needs is gone ("There is no black coffee anymore",
     "We are out of white capsules until further notice"), unless a later one says it is back."""
     # "Use black coffee instead of milky." does not need the milky (MAGMA-GEN make_coffee SimpleDefinition@705).
-    wanted = words(_INSTEAD_OF.sub("", request))
+    wanted = words(INSTEAD_OF.sub("", request))
     back: set[str] = set()  # words of what later rules said is available again
     for rule in reversed(rules):
         if _BACK.search(rule):
@@ -1106,6 +1107,7 @@ def next_step(goal: Goal, scene: Mapping[str, Sequence[str]], held: str | None, 
 
 
 __all__ = [
+    "INSTEAD_OF",
     "NUMBER",
     "NUMBER_WORDS",
     "STATED",

@@ -716,7 +716,8 @@ class MagmaPolicy(Policy):
         phrase = cleared(state.request) if state.request else None
         clearing = place_named(phrase, state.scene) if phrase else None
         if clearing is None and state.request:  # "Clean and wipe the table.": the wiping recipe clears it
-            clearing = getattr(recipe_clearing(state.request, rules, state.scene, state.held), "clear", None)
+            recipe_goal = recipe_clearing(state.request, rules, state.scene, state.held)
+            clearing = recipe_goal.clear if recipe_goal is not None else None
         if len(classes) < 2 or sibling_home(state.held, state.scene, exclude=(clearing,) if clearing else ()):
             return None
         kind = stem(state.held)

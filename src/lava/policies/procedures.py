@@ -20,7 +20,7 @@ from typing import Any
 
 from ..tools import CANCEL_TOOL, ToolBox, ToolSpec
 from .demos import roles
-from .goals import listed, unavailable
+from .goals import INSTEAD_OF, listed, unavailable
 from .task_state import mentioned, sentences, vocabulary
 
 _VERBS = ("get", "set", "put", "place", "take", "press", "push", "insert", "load", "unload", "make", "do", "run",
@@ -31,7 +31,6 @@ _GOAL = re.compile(r"^\s*(?:to|in order to)\s+[^,.]*?(?:,|\b(?:you|i|we)\s+(?:mu
                    r"\bmust\b)", re.I)
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_'\-]*")
 _PUT = re.compile(r"\b(put|place|drop|deposit|release|unload|store)", re.I)
-_REMOVED = re.compile(r"\binstead\s+of\s+(?:the\s+)?([\w-]+)", re.I)
 _LAST = re.compile(r"\b(?P<what>[a-z]+?)s?\s+(?:must\s+|should\s+)?(?:always\s+)?(?:be\s+)?"
                    r"(?:put|placed|added|loaded|inserted)\s+last\b", re.I)
 
@@ -402,12 +401,12 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
         # machine"): a plan without it would stop short, so the model plans instead. Tools with
         # parameters outside the rule are lookups (get_person_team), not steps.
         return None
-    removed = {m.group(1) for m in _REMOVED.finditer(request)}
+    removed = {m["old"] for m in INSTEAD_OF.finditer(request)}
     wanted = [v for v in mentioned(request, names) if v not in removed]
     # "Use black coffee instead of milky. Please make these coffees in this exact order: black.": the
     # substitution names what the list then asks for, once (MAGMA-GEN make_coffee SimpleDefinition@705).
-    listed_after = [v for s in sentences(request) if not _REMOVED.search(s) for v in mentioned(s, names)]
-    substituted = {v for s in sentences(request) if _REMOVED.search(s) for v in mentioned(s, names)} - removed
+    listed_after = [v for s in sentences(request) if not INSTEAD_OF.search(s) for v in mentioned(s, names)]
+    substituted = {v for s in sentences(request) if INSTEAD_OF.search(s) for v in mentioned(s, names)} - removed
     if substituted and substituted <= set(listed_after):
         wanted = [v for v in listed_after if v not in removed]
     request_words = {norm(w) for w in _TOKEN.findall(request)} - _STOP
