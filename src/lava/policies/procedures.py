@@ -405,8 +405,9 @@ def planned(found: Reading, request: str, rules: Sequence[str], toolbox: ToolBox
     wanted = [v for v in mentioned(request, names) if v not in removed]
     # "Use black coffee instead of milky. Please make these coffees in this exact order: black.": the
     # substitution names what the list then asks for, once (MAGMA-GEN make_coffee SimpleDefinition@705).
-    listed_after = [v for s in sentences(request) if not INSTEAD_OF.search(s) for v in mentioned(s, names)]
-    substituted = {v for s in sentences(request) if INSTEAD_OF.search(s) for v in mentioned(s, names)} - removed
+    said = [(INSTEAD_OF.search(s) is not None, mentioned(s, names)) for s in sentences(request)]
+    listed_after = [v for swap, values in said if not swap for v in values]
+    substituted = {v for swap, values in said if swap for v in values} - removed
     if substituted and substituted <= set(listed_after):
         wanted = [v for v in listed_after if v not in removed]
     request_words = {norm(w) for w in _TOKEN.findall(request)} - _STOP
